@@ -1,0 +1,78 @@
+"""tpudata: TensorFlow's TFRecord input-pipeline semantics without TensorFlow, and faster.
+
+>>> import tpudata
+>>> with tpudata.TFRecordWriter("memory://doc/pkg.tfrecord") as w:
+...     w.write(tpudata.encode_example({"label": 7}))
+>>> [tpudata.decode_example(r)["label"].tolist() for r in tpudata.read_records("memory://doc/pkg.tfrecord")]
+[[7]]
+"""
+
+from tpudata.errors import (
+    CorruptRecordError,
+    DataLossError,
+    InvalidExampleError,
+    SpecError,
+    StaticShapeError,
+    StorageError,
+    TpuDataError,
+    TruncatedRecordError,
+    UnsupportedDtypeError,
+)
+from tpudata.example import (
+    FixedLenFeature,
+    VarLenFeature,
+    VarLenValues,
+    decode_example,
+    decode_sequence_example,
+    encode_example,
+    encode_sequence_example,
+    parse_examples,
+    parse_single_example,
+)
+from tpudata.tfrecord import (
+    IndexedTFRecordFile,
+    RecordBatch,
+    TFRecordFileReader,
+    TFRecordWriter,
+    build_index,
+    read_index,
+    read_record_at,
+    read_record_batches,
+    read_records,
+    write_index,
+    write_records,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CorruptRecordError",
+    "DataLossError",
+    "FixedLenFeature",
+    "IndexedTFRecordFile",
+    "InvalidExampleError",
+    "RecordBatch",
+    "SpecError",
+    "StaticShapeError",
+    "StorageError",
+    "TFRecordFileReader",
+    "TFRecordWriter",
+    "TpuDataError",
+    "TruncatedRecordError",
+    "UnsupportedDtypeError",
+    "VarLenFeature",
+    "VarLenValues",
+    "build_index",
+    "decode_example",
+    "decode_sequence_example",
+    "encode_example",
+    "encode_sequence_example",
+    "parse_examples",
+    "parse_single_example",
+    "read_index",
+    "read_record_at",
+    "read_record_batches",
+    "read_records",
+    "write_index",
+    "write_records",
+]

@@ -1,0 +1,77 @@
+"""Exception hierarchy for tpudata.
+
+Every error raised on purpose by tpudata is a :class:`TpuDataError`, and each one also subclasses
+the builtin that fits (``ValueError`` for bad arguments or specs, ``OSError`` for storage problems,
+``TypeError`` for unsupported dtypes), so generic ``except ValueError`` code keeps working.
+
+>>> try:
+...     raise CorruptRecordError("corrupted record at 12", path="a.tfrecord", offset=12)
+... except DataLossError as e:
+...     (e.path, e.offset)
+('a.tfrecord', 12)
+"""
+
+from __future__ import annotations
+
+
+class TpuDataError(Exception):
+    """Base class of every tpudata error."""
+
+
+class DataLossError(TpuDataError, IOError):
+    """Unrecoverable loss or corruption of stored data (TensorFlow's ``DataLossError``).
+
+    ``path`` names the file and ``offset`` the byte offset (in the decompressed stream for
+    compressed files) where the problem was found; either may be ``None`` when unknown.
+    """
+
+    def __init__(self, message: str, path: str | None = None, offset: int | None = None):
+        self.message = message
+        self.path = path
+        self.offset = offset
+        full = message if path is None else f"{path}: {message}"
+        super().__init__(full)
+
+    def __reduce__(self):  # keep path/offset when pickled across processes
+        return (type(self), (self.message, self.path, self.offset))
+
+
+class CorruptRecordError(DataLossError):
+    """A record whose masked CRC32C does not match its bytes."""
+
+
+class TruncatedRecordError(DataLossError):
+    """A record cut short by the end of the file."""
+
+
+class SpecError(TpuDataError, ValueError):
+    """A feature spec that does not fit the data (missing feature, wrong type or size)."""
+
+
+class InvalidExampleError(TpuDataError, ValueError):
+    """A record that is not a well-formed tf.train.Example / SequenceExample protocol buffer."""
+
+
+class StaticShapeError(TpuDataError, ValueError):
+    """A tensor whose shape differs from the static shape fixed earlier."""
+
+
+class UnsupportedDtypeError(TpuDataError, TypeError):
+    """A dtype the target (e.g. the TPU executor) does not support."""
+
+
+class StorageError(TpuDataError, OSError):
+    """A storage URL that cannot be opened, listed or written."""
+
+
+__all__ = [
+    "CorruptRecordError",
+    "DataLossError",
+    "InvalidExampleError",
+    "SpecError",
+    "StaticShapeError",
+    "StorageError",
+    "TpuDataError",
+    "TruncatedRecordError",
+    "UnsupportedDtypeError",
+]

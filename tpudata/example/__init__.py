@@ -1,0 +1,24 @@
+"""tf.train.Example / SequenceExample codec, feature specs and batch parsing."""
+
+from tpudata.example.codec import (
+    decode_example,
+    decode_sequence_example,
+    encode_example,
+    encode_feature,
+    encode_sequence_example,
+)
+from tpudata.example.parse import VarLenValues, parse_examples, parse_single_example
+from tpudata.example.spec import FixedLenFeature, VarLenFeature
+
+__all__ = [
+    "FixedLenFeature",
+    "VarLenFeature",
+    "VarLenValues",
+    "decode_example",
+    "decode_sequence_example",
+    "encode_example",
+    "encode_feature",
+    "encode_sequence_example",
+    "parse_examples",
+    "parse_single_example",
+]

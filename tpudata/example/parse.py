@@ -1,0 +1,259 @@
+"""Batch parsing of tf.train.Example records into numpy arrays (``tf.io.parse_example``).
+
+The whole batch is parsed in two passes over its buffer: *locate* finds each wanted feature's
+Feature message in every record, then *decode* fills one output array per feature. Both passes
+run in the C accelerator (without the GIL) when it is built, and in the pure Python twins of
+:mod:`tpudata.example.wire` otherwise.
+
+>>> from tpudata.example.codec import encode_example
+>>> recs = [encode_example({"x": [1.0, 2.0], "y": 1}), encode_example({"x": [3.0, 4.0], "y": 0})]
+>>> out = parse_examples(recs, {"x": FixedLenFeature([2], np.float32),
+...                             "y": FixedLenFeature([], np.int64)})
+>>> out["x"].shape, out["y"].tolist()
+((2, 2), [1, 0])
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Mapping, Sequence
+
+import numpy as np
+
+from tpudata import _accel
+from tpudata.errors import InvalidExampleError, SpecError
+from tpudata.example import wire
+from tpudata.example.spec import (
+    BYTES,
+    KIND_BYTES,
+    KIND_NAMES,
+    FixedLenFeature,
+    VarLenFeature,
+    kind_of,
+    normalize_spec,
+)
+from tpudata.tfrecord.batch import RecordBatch
+from tpudata.tfrecord.framing import split
+
+
+class VarLenValues:
+    """The values of a :class:`VarLenFeature` for a batch: ``values`` split by ``row_splits``.
+
+    Row ``i`` is ``values[row_splits[i]:row_splits[i+1]]``. :attr:`indices` and
+    :attr:`dense_shape` give TensorFlow's SparseTensor view of the same data.
+
+    >>> v = VarLenValues(np.array([1, 2, 3]), np.array([0, 2, 2, 3]))
+    >>> len(v), v[0].tolist(), v.indices.tolist(), v.dense_shape
+    (3, [1, 2], [[0, 0], [0, 1], [2, 0]], (3, 2))
+    >>> v.to_dense(-1).tolist()
+    [[1, 2], [-1, -1], [3, -1]]
+    """
+
+    __slots__ = ("values", "row_splits")
+
+    def __init__(self, values: np.ndarray, row_splits: np.ndarray):
+        self.values = values
+        self.row_splits = np.asarray(row_splits, dtype=np.int64)
+
+    @classmethod
+    def from_rows(cls, rows: Sequence, dtype) -> "VarLenValues":
+        lengths = np.array([len(r) for r in rows], dtype=np.int64)
+        splits = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        values = np.empty(int(splits[-1]), dtype=dtype)
+        if len(values):
+            values[:] = [v for r in rows for v in (r.tolist() if isinstance(r, np.ndarray) else r)]
+        return cls(values, splits)
+
+    def __len__(self) -> int:
+        return len(self.row_splits) - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.values[self.row_splits[i] : self.row_splits[i + 1]]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return (self[i] for i in range(len(self)))
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, VarLenValues):
+            return NotImplemented
+        return np.array_equal(self.row_splits, other.row_splits) and np.array_equal(
+            self.values, other.values
+        )
+
+    def __repr__(self) -> str:
+        return f"VarLenValues(values={self.values!r}, row_splits={self.row_splits!r})"
+
+    @property
+    def row_lengths(self) -> np.ndarray:
+        return np.diff(self.row_splits)
+
+    @property
+    def indices(self) -> np.ndarray:
+        """``[nnz, 2]`` (row, position) indices, as in a ``tf.SparseTensor``."""
+        lengths = self.row_lengths
+        rows = np.repeat(np.arange(len(self), dtype=np.int64), lengths)
+        cols = np.arange(len(self.values), dtype=np.int64) - np.repeat(self.row_splits[:-1], lengths)
+        return np.stack([rows, cols], axis=1)
+
+    @property
+    def dense_shape(self) -> tuple:
+        lengths = self.row_lengths
+        return (len(self), int(lengths.max()) if len(lengths) else 0)
+
+    def to_list(self) -> list:
+        return [self[i] for i in range(len(self))]
+
+    def to_dense(self, default_value=None) -> np.ndarray:
+        """A ``[rows, max_len]`` array padded with ``default_value`` (0 or b"" by default)."""
+        if default_value is None:
+            default_value = b"" if self.values.dtype == BYTES else 0
+        out = np.full(self.dense_shape, default_value, dtype=self.values.dtype)
+        idx = self.indices
+        out[idx[:, 0], idx[:, 1]] = self.values
+        return out
+
+
+# -- dispatch to the accelerator or its pure twins ------------------------------------------------
+def _locate(batch: RecordBatch, keys: tuple) -> np.ndarray:
+    offsets = np.ascontiguousarray(batch.offsets, dtype=np.int64)
+    lengths = np.ascontiguousarray(batch.lengths, dtype=np.int64)
+    locs = np.empty((len(offsets), len(keys), 2), dtype=np.int64)
+    nat = _accel.native
+    if nat is not None:
+        bad_rec, bad_pos = nat.locate(batch.buffer, offsets, lengths, keys, locs)
+    else:
+        bad_rec, bad_pos = wire.locate_pure(batch.buffer, offsets, lengths, keys, locs)
+    if bad_rec >= 0:
+        raise InvalidExampleError(
+            f"record {bad_rec}{_where(batch, bad_rec)} is not a valid tf.train.Example "
+            f"(malformed protocol buffer at byte {bad_pos} of the record)"
+        )
+    return locs
+
+
+def _decode(batch, locs, fidx, kind, mode, n, out, aux):
+    nat = _accel.native
+    fn = nat.decode if nat is not None else wire.decode_pure
+    return fn(batch.buffer, locs, locs.shape[1], fidx, kind, mode, n, out, aux)
+
+
+def _where(batch: RecordBatch, r: int) -> str:
+    if batch.path is None:
+        return ""
+    return f" ({batch.path} at offset {int(batch.record_offsets[r])})"
+
+
+def _raise(err, rec, got_kind, got_count, bad_off, name, feat, batch, base_row):
+    where = _where(batch, rec)
+    row = base_row + rec
+    if err == wire.E_KIND:
+        raise SpecError(
+            f"feature {name!r} in record {row}{where}: expected {_dtype_name(feat.dtype)} values "
+            f"but the record has a {KIND_NAMES[got_kind]}"
+        )
+    if err == wire.E_COUNT:
+        raise SpecError(
+            f"feature {name!r} in record {row}{where}: expected {feat.num_elements} "
+            f"{_dtype_name(feat.dtype)} value(s) for shape {feat.shape}, got {got_count}; "
+            "use VarLenFeature for variable-length data"
+        )
+    if err == wire.E_MULTI:
+        raise InvalidExampleError(
+            f"feature {name!r} in record {row}{where} sets more than one of "
+            "bytes_list/float_list/int64_list"
+        )
+    raise InvalidExampleError(
+        f"feature {name!r} in record {row}{where} is not a valid tf.train.Feature "
+        f"(malformed protocol buffer at byte {bad_off} of the batch buffer)"
+    )
+
+
+def _dtype_name(dtype) -> str:
+    return "bytes" if dtype == BYTES else str(dtype)
+
+
+def _parse_fixed(batch, locs, fidx, name, feat: FixedLenFeature, base_row: int) -> np.ndarray:
+    count = len(batch)
+    n = feat.num_elements
+    kind = kind_of(feat.dtype)
+    present = np.empty(count, dtype=np.uint8)
+    if kind == KIND_BYTES:
+        pairs = np.empty((count, n, 2), dtype=np.int64)
+        res = _decode(batch, locs, fidx, kind, 0, n, pairs.reshape(-1), present)
+    else:
+        out = np.empty((count, n), dtype=feat.dtype)
+        res = _decode(batch, locs, fidx, kind, 0, n, out.reshape(-1), present)
+    if res[0] != wire.E_OK:
+        _raise(*res, name, feat, batch, base_row)
+    missing = present == 0
+    any_missing = bool(missing.any())
+    if any_missing and feat.default_value is None:
+        r = int(np.argmax(missing))
+        raise SpecError(
+            f"feature {name!r} is required but missing from record {base_row + r}"
+            f"{_where(batch, r)}; give FixedLenFeature a default_value to allow that"
+        )
+    if kind == KIND_BYTES:
+        out = np.empty((count, n), dtype=object)
+        rows = np.flatnonzero(present) if any_missing else slice(None)
+        sel = pairs[rows].reshape(-1, 2)
+        values = split(batch.buffer, sel[:, 0], sel[:, 1])
+        if n and any_missing:
+            out[rows] = np.array(values + [None], dtype=object)[:-1].reshape(-1, n)
+        elif n and values:
+            out.reshape(-1)[:] = values
+    if any_missing:
+        out[missing] = feat.default_value.reshape(-1)
+    return out.reshape((count,) + feat.shape)
+
+
+def _parse_varlen(batch, locs, fidx, name, feat: VarLenFeature, base_row: int) -> VarLenValues:
+    count = len(batch)
+    kind = kind_of(feat.dtype)
+    counts = np.empty(count, dtype=np.int64)
+    res = _decode(batch, locs, fidx, kind, 1, 0, None, counts)
+    if res[0] != wire.E_OK:
+        _raise(*res, name, feat, batch, base_row)
+    total = int(counts.sum())
+    splits = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(counts, out=splits[1:])
+    if kind == KIND_BYTES:
+        pairs = np.empty((total, 2), dtype=np.int64)
+        res = _decode(batch, locs, fidx, kind, 2, 0, pairs.reshape(-1), counts)
+        values = np.empty(total, dtype=object)
+        if total:
+            values[:] = split(batch.buffer, pairs[:, 0], pairs[:, 1])
+    else:
+        values = np.empty(total, dtype=feat.dtype)
+        res = _decode(batch, locs, fidx, kind, 2, 0, values, counts)
+    if res[0] != wire.E_OK:
+        _raise(*res, name, feat, batch, base_row)
+    return VarLenValues(values, splits)
+
+
+def parse_examples(records, spec: Mapping, base_row: int = 0) -> dict:
+    """Parse a batch of serialized ``tf.train.Example`` records with a feature spec.
+
+    ``records`` is a :class:`RecordBatch` (zero-copy, from a reader) or any sequence of
+    bytes-like records. Returns ``{name: array}`` with a leading dimension of ``len(records)``:
+    ``FixedLenFeature`` gives an array of shape ``(n,) + shape`` (object dtype for bytes),
+    ``VarLenFeature`` a :class:`VarLenValues`. A missing feature without default, a wrong type or
+    a wrong number of values raises :class:`~tpudata.errors.SpecError` naming the feature and the
+    record's position (``base_row`` + index in the batch, and file/offset when known).
+    """
+    spec = normalize_spec(spec)
+    batch = records if isinstance(records, RecordBatch) else RecordBatch.from_records(records)
+    keys = tuple(name.encode("utf-8") for name in spec)
+    locs = _locate(batch, keys)
+    out = {}
+    for fidx, (name, feat) in enumerate(spec.items()):
+        if isinstance(feat, FixedLenFeature):
+            out[name] = _parse_fixed(batch, locs, fidx, name, feat, base_row)
+        elif isinstance(feat, VarLenFeature):
+            out[name] = _parse_varlen(batch, locs, fidx, name, feat, base_row)
+    return out
+
+
+def parse_single_example(record, spec: Mapping) -> dict:
+    """Parse one record; fixed-length values lose the batch dimension."""
+    out = parse_examples([record], spec)
+    return {k: (v[0] if isinstance(v, np.ndarray) else v[0]) for k, v in out.items()}

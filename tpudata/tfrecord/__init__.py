@@ -1,0 +1,41 @@
+"""TFRecord files: framing, CRCs, compression, streaming readers, writers and indexes."""
+
+from tpudata.tfrecord.batch import RecordBatch
+from tpudata.tfrecord.framing import crc32c, frame, mask_crc, masked_crc32c, scan, unmask_crc
+from tpudata.tfrecord.index import (
+    IndexedTFRecordFile,
+    build_index,
+    read_index,
+    read_record_at,
+    write_index,
+)
+from tpudata.tfrecord.reader import (
+    DEFAULT_BUFFER_SIZE,
+    TFRecordFileReader,
+    detect_compression,
+    read_record_batches,
+    read_records,
+)
+from tpudata.tfrecord.writer import TFRecordWriter, write_records
+
+__all__ = [
+    "DEFAULT_BUFFER_SIZE",
+    "IndexedTFRecordFile",
+    "RecordBatch",
+    "TFRecordFileReader",
+    "TFRecordWriter",
+    "build_index",
+    "crc32c",
+    "detect_compression",
+    "frame",
+    "mask_crc",
+    "masked_crc32c",
+    "read_index",
+    "read_record_at",
+    "read_record_batches",
+    "read_records",
+    "scan",
+    "unmask_crc",
+    "write_index",
+    "write_records",
+]

@@ -1,0 +1,153 @@
+"""Record index: ``(offset, length)`` of every record, in DALI's ``tfrecord2idx`` text format.
+
+Each line is ``"<offset> <length>"`` where ``offset`` is where a record's frame starts and
+``length`` the size of the whole frame (12 + data + 4) - the format DALI's ``tfrecord2idx`` and
+the ``tfrecord`` PyPI package write and read. With an index, record ``i`` is read with one ranged
+read, without scanning the file.
+
+>>> from tpudata.tfrecord import write_records
+>>> _ = write_records("memory://doc/i.tfrecord", [b"x", b"yz"])
+>>> idx = build_index("memory://doc/i.tfrecord")
+>>> idx.tolist(), read_record_at("memory://doc/i.tfrecord", 1, idx)
+([[0, 17], [17, 18]], b'yz')
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import numpy as np
+
+from tpudata import storage
+from tpudata.errors import CorruptRecordError, TruncatedRecordError
+from tpudata.tfrecord import framing
+from tpudata.tfrecord.reader import DEFAULT_BUFFER_SIZE, TFRecordFileReader
+
+
+def build_index(
+    url: str,
+    index_url: str | None = None,
+    verify: bool = True,
+    buffer_size: int = DEFAULT_BUFFER_SIZE,
+    **storage_options,
+) -> np.ndarray:
+    """Scan an uncompressed TFRecord file; returns an ``(n, 2)`` int64 array of (offset, length).
+
+    With ``index_url`` the index is also written there in the text format.
+    """
+    reader = TFRecordFileReader(url, "", verify, buffer_size, **storage_options)
+    parts = []
+    for batch in reader:
+        parts.append(np.stack([batch.record_offsets, batch.lengths + framing.OVERHEAD], axis=1))
+    index = np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64)
+    if index_url is not None:
+        write_index(index_url, index, **storage_options)
+    return index
+
+
+def format_index(index: np.ndarray) -> str:
+    """The text form of an index: one ``"offset length"`` line per record."""
+    return "".join(f"{o} {n}\n" for o, n in np.asarray(index, dtype=np.int64).tolist())
+
+
+def write_index(index_url: str, index: np.ndarray, **storage_options) -> None:
+    """Write an index file (atomically)."""
+    with storage.open_atomic(index_url, **storage_options) as f:
+        f.write(format_index(index).encode("ascii"))
+
+
+def read_index(index_url: str, **storage_options) -> np.ndarray:
+    """Read an index file; returns an ``(n, 2)`` int64 array. Malformed lines raise ValueError."""
+    text = storage.read_bytes(index_url, **storage_options).decode("ascii")
+    rows = []
+    for lineno, line in enumerate(io.StringIO(text), 1):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 2:
+            raise ValueError(f"{index_url}:{lineno}: expected 'offset length', got {line!r}")
+        try:
+            offset, length = int(fields[0]), int(fields[1])
+        except ValueError:
+            raise ValueError(f"{index_url}:{lineno}: not two integers: {line!r}") from None
+        if offset < 0 or length < framing.OVERHEAD:
+            raise ValueError(f"{index_url}:{lineno}: impossible record offset/length {line!r}")
+        rows.append((offset, length))
+    return np.array(rows, dtype=np.int64).reshape(-1, 2)
+
+
+def _decode_frame(frame: bytes, url: str, offset: int, verify: bool) -> bytes:
+    if len(frame) < framing.HEADER_SIZE:
+        raise TruncatedRecordError(f"truncated record at {offset}", url, offset)
+    (length,) = struct.unpack_from("<Q", frame, 0)
+    if verify and framing.masked_crc32c(frame[:8]) != struct.unpack_from("<I", frame, 8)[0]:
+        raise CorruptRecordError(f"corrupted record at {offset}", url, offset)
+    if len(frame) != length + framing.OVERHEAD:
+        if len(frame) < length + framing.OVERHEAD:
+            raise TruncatedRecordError(f"truncated record at {offset}", url, offset)
+        raise CorruptRecordError(
+            f"corrupted record at {offset} (index says {len(frame)} bytes, header {length + 16})",
+            url,
+            offset,
+        )
+    data = frame[framing.HEADER_SIZE : framing.HEADER_SIZE + length]
+    if verify and framing.masked_crc32c(data) != struct.unpack_from("<I", frame, 12 + length)[0]:
+        raise CorruptRecordError(f"corrupted record at {offset + 12}", url, offset + 12)
+    return data
+
+
+class IndexedTFRecordFile:
+    """Random access to the records of an uncompressed TFRecord file through its index.
+
+    >>> f = IndexedTFRecordFile("memory://doc/i.tfrecord")
+    >>> len(f), f[0], f[-1]
+    (2, b'x', b'yz')
+    """
+
+    def __init__(self, url: str, index=None, verify: bool = True, **storage_options):
+        self.url = url
+        self.verify = verify
+        self.storage_options = storage_options
+        if index is None:
+            index = build_index(url, verify=verify, **storage_options)
+        elif isinstance(index, str):
+            index = read_index(index, **storage_options)
+        self.index = np.asarray(index, dtype=np.int64).reshape(-1, 2)
+        self._f = None
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i: int) -> bytes:
+        n = len(self.index)
+        if not -n <= i < n:
+            raise IndexError(f"record {i} out of range for {self.url} with {n} records")
+        offset, length = (int(v) for v in self.index[i])
+        if self._f is None:
+            self._f = storage.open_read(self.url, 1 << 20, **self.storage_options)
+        self._f.seek(offset)
+        frame = self._f.read(length)
+        return _decode_frame(frame, self.url, offset, self.verify)
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    def __getstate__(self):  # picklable into worker processes: drop the open handle
+        state = self.__dict__.copy()
+        state["_f"] = None
+        return state
+
+    def __enter__(self) -> "IndexedTFRecordFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_record_at(url: str, i: int, index=None, verify: bool = True, **storage_options) -> bytes:
+    """Record ``i`` of ``url`` using ``index`` (an array, an index file URL, or None to build one)."""
+    with IndexedTFRecordFile(url, index, verify, **storage_options) as f:
+        return f[i]
