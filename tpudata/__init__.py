@@ -26,6 +26,7 @@ from tpudata.example import (
     decode_sequence_example,
     encode_example,
     encode_sequence_example,
+    parse_batches,
     parse_examples,
     parse_single_example,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "decode_sequence_example",
     "encode_example",
     "encode_sequence_example",
+    "parse_batches",
     "parse_examples",
     "parse_single_example",
     "read_index",

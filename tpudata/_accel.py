@@ -41,3 +41,43 @@ def use_native(enabled: bool) -> bool:
         raise RuntimeError("tpudata._native was not built; reinstall with a C compiler available")
     native = _compiled if enabled else None
     return previous
+
+
+# -- allocator -------------------------------------------------------------------------------------
+# glibc returns freed heap memory to the OS and maps blocks >= 128 KiB fresh each time, so every
+# batch of large bytes features (e.g. 110 KB JPEGs) page-faults all of its memory again - that
+# costs more than reading and parsing. tpudata asks glibc to keep freed memory for reuse (the
+# effect TensorFlow's guides get by preloading tcmalloc). Opt out with TPUDATA_MALLOC_TUNING=0.
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+_allocator_state: bool | None = None
+
+
+def tune_allocator(enable: bool = True, mmap_threshold: int = 16 << 20,
+                   trim_threshold: int = 128 << 20) -> bool:
+    """Let glibc malloc keep up to ``trim_threshold`` freed bytes and serve blocks below
+    ``mmap_threshold`` from its heap (``enable=False`` restores glibc's defaults).
+
+    Process-wide; returns False where there is no glibc ``mallopt``.
+    """
+    global _allocator_state
+    try:
+        import ctypes
+
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    if enable:
+        ok = mallopt(_M_MMAP_THRESHOLD, mmap_threshold) and mallopt(_M_TRIM_THRESHOLD, trim_threshold)
+    else:
+        ok = mallopt(_M_MMAP_THRESHOLD, 128 << 10) and mallopt(_M_TRIM_THRESHOLD, 128 << 10)
+    _allocator_state = enable
+    logger.debug("glibc malloc tuning %s", "on" if enable else "off")
+    return bool(ok)
+
+
+def ensure_allocator_tuned() -> None:
+    """Tune the allocator once per process, unless the user chose otherwise."""
+    if _allocator_state is None and os.environ.get("TPUDATA_MALLOC_TUNING", "1") != "0":
+        tune_allocator(True)

@@ -18,6 +18,7 @@ on close), and an error inside its ``with`` block discards what was written.
 from __future__ import annotations
 
 import glob as _glob
+import io
 import logging
 import os
 import uuid
@@ -211,12 +212,15 @@ class AtomicWriter:
             self._f = open(self._tmp, "wb")
         else:
             fs, path = url_to_fs(url, **storage_options)
+            self._fs = fs
             self._final = path
-            # memory:// commits at open unless autocommit is off; gcsfs only finalises the
-            # upload on close, so it is already atomic with autocommit on.
-            self._commit_after_close = _protocol(url) == "memory"
-            kwargs = {"autocommit": False} if self._commit_after_close else {}
-            self._f = fs.open(path, "wb", **kwargs)
+            if _protocol(url) == "memory":
+                # memory:// publishes a file as soon as it is opened: buffer, publish at close
+                self._commit_after_close = True
+                self._f = io.BytesIO()
+            else:
+                # gcsfs (and other object stores) only finalise the upload on close
+                self._f = fs.open(path, "wb")
 
     def write(self, data) -> int:
         return self._f.write(data)
@@ -237,10 +241,10 @@ class AtomicWriter:
                 self._f.close()
                 os.replace(self._tmp, self._final)
                 self._tmp = None
+            elif self._commit_after_close:
+                self._fs.pipe_file(self._final, self._f.getvalue())
             else:
                 self._f.close()
-                if self._commit_after_close:
-                    self._f.commit()
         except BaseException:
             self._discard()
             raise
@@ -262,6 +266,8 @@ class AtomicWriter:
                 except FileNotFoundError:
                     pass
                 self._tmp = None
+            return
+        if self._commit_after_close:
             return
         discard = getattr(self._f, "discard", None)
         try:

@@ -1,5 +1,6 @@
 """tf.train.Example / SequenceExample codec, feature specs and batch parsing."""
 
+from tpudata.example.batching import concat_parsed, parse_batches, rebatch
 from tpudata.example.codec import (
     decode_example,
     decode_sequence_example,
@@ -14,11 +15,14 @@ __all__ = [
     "FixedLenFeature",
     "VarLenFeature",
     "VarLenValues",
+    "concat_parsed",
     "decode_example",
     "decode_sequence_example",
     "encode_example",
     "encode_feature",
     "encode_sequence_example",
+    "parse_batches",
     "parse_examples",
     "parse_single_example",
+    "rebatch",
 ]

@@ -61,7 +61,12 @@ def _ints(values, name: str) -> np.ndarray:
 
 
 def encode_feature(value: Any, name: str = "?") -> bytes:
-    """The serialized ``tf.train.Feature`` for a Python/numpy value (see module doc)."""
+    """The serialized ``tf.train.Feature`` for a Python/numpy value (see module doc).
+
+    ``None`` gives a Feature with no list set.
+    """
+    if value is None:
+        return b""
     if isinstance(value, (bytes, bytearray, memoryview, str, np.bytes_, np.str_)):
         return _bytes_list([value], name)
     if isinstance(value, (bool, np.bool_, int, np.integer)):

@@ -19,13 +19,15 @@ TFRecord header at byte 0 means uncompressed, then the gzip magic, then a zlib h
 from __future__ import annotations
 
 import logging
+import mmap
+import os
 import time
 import zlib
 from typing import Iterable, Iterator
 
 import numpy as np
 
-from tpudata import storage
+from tpudata import _accel, storage
 from tpudata.errors import CorruptRecordError, DataLossError, StorageError, TruncatedRecordError
 from tpudata.tfrecord import framing
 from tpudata.tfrecord.batch import RecordBatch
@@ -34,6 +36,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_BUFFER_SIZE = storage.DEFAULT_BUFFER_SIZE
 MAX_BATCH_RECORDS = 65536
+MMAP_WINDOW = 32 << 20
 _COMPRESSED_CHUNK = 1 << 20
 _NOT_TFRECORD_HINT = " (Is this even a TFRecord file?)"
 _ON_ERROR = ("raise", "skip")
@@ -98,8 +101,6 @@ class _RawSource:
             self.f.seek(start)
         size = getattr(self.f, "size", None)
         if size is None and storage.is_local(url):
-            import os
-
             size = os.fstat(self.f.fileno()).st_size
         self.size = size if isinstance(size, int) else None
 
@@ -172,10 +173,13 @@ class _InflateSource:
         self.pos = 0  # decompressed bytes delivered
         self.done = False
         self.size = None
+        self.raw_read = 0
+        self._deferred: DataLossError | None = None
         self._chunk = bytearray(_COMPRESSED_CHUNK)
 
     def _read_raw(self) -> bytes:
         n = self.src.readinto(memoryview(self._chunk))
+        self.raw_read += n
         return bytes(self._chunk[:n])
 
     def _error(self, message: str) -> DataLossError:
@@ -195,6 +199,9 @@ class _InflateSource:
                 self.pending = memoryview(d.decompress(rest, want))
                 return
             data = d.unconsumed_tail or self._read_raw()
+            if not data and self.raw_read == 0:
+                self.done = True  # an empty file holds no records, as in TensorFlow
+                return
             if not data:
                 raise TruncatedRecordError(
                     f"truncated {self.compression} stream (decompressed offset {self.pos})",
@@ -206,6 +213,9 @@ class _InflateSource:
             raise self._error(f"corrupt {self.compression} stream: {exc}") from exc
 
     def readinto(self, mv) -> int:
+        if self._deferred is not None:
+            error, self._deferred = self._deferred, None
+            raise error
         total = 0
         want = len(mv)
         while total < want:
@@ -217,7 +227,15 @@ class _InflateSource:
                 continue
             if self.done:
                 break
-            self._produce(max(want - total, 1 << 16))
+            try:
+                self._produce(max(want - total, 1 << 16))
+            except DataLossError as exc:
+                if not total:
+                    raise
+                # hand over what was decompressed before the damage; report it next call
+                exc.offset = self.pos + total
+                self._deferred = exc
+                break
         self.pos += total
         return total
 
@@ -241,6 +259,11 @@ class TFRecordFileReader:
     ``ignore_errors``) instead of raising. ``start_offset`` resumes at a record boundary
     (a previous :attr:`offset`).
 
+    Local uncompressed files are memory-mapped in windows of ``max(buffer_size, 32 MiB)``
+    (batches are views of the page cache: no read copy); other sources are read with
+    ``readinto`` in ``buffer_size`` blocks. Pass ``use_mmap=False`` for files that may be
+    truncated in place while they are read (a shrinking mapped file raises SIGBUS).
+
     >>> with TFRecordFileReader("memory://doc/r.tfrecord") as r:
     ...     [len(b) for b in r], r.offset
     ([2], 35)
@@ -256,6 +279,7 @@ class TFRecordFileReader:
         start_offset: int = 0,
         max_batch_records: int = MAX_BATCH_RECORDS,
         retries: int = 3,
+        use_mmap: bool = True,
         **storage_options,
     ):
         if on_error not in _ON_ERROR:
@@ -264,6 +288,7 @@ class TFRecordFileReader:
             raise ValueError(f"buffer_size must be at least 64 bytes, not {buffer_size}")
         if start_offset < 0:
             raise ValueError(f"start_offset must be >= 0, not {start_offset}")
+        _accel.ensure_allocator_tuned()
         self.url = url
         self.compression = normalize_compression(compression)
         self.verify = verify
@@ -272,6 +297,7 @@ class TFRecordFileReader:
         self.offset = int(start_offset)  # next record's stream offset
         self.max_batch_records = max(1, int(max_batch_records))
         self.retries = retries
+        self.use_mmap = use_mmap
         self.storage_options = storage_options
         self._src = None
         self.records_read = 0
@@ -320,10 +346,26 @@ class TFRecordFileReader:
     def __iter__(self) -> Iterator[RecordBatch]:
         return self.batches()
 
+    def _mmap_path(self) -> str | None:
+        """The local path to memory-map, when this file takes the mmap path."""
+        if not (self.use_mmap and storage.is_local(self.url)) or self.compression not in (None, ""):
+            return None
+        path = storage.local_path(self.url)
+        if self.compression is None:
+            with open(path, "rb") as f:
+                self.compression = detect_compression(f.read(framing.HEADER_SIZE))
+            if self.compression:
+                return None
+        return path
+
     def batches(self) -> Iterator[RecordBatch]:
         """Yield the file's records as batches; raises (or skips) at the first bad record."""
-        src = self._src or self._open()
+        path = self._mmap_path() if self._src is None else None
         try:
+            if path is not None:
+                yield from self._mmap_batches(path)
+                return
+            src = self._src or self._open()
             yield from self._batches(src)
         except DataLossError as exc:
             if self.on_error != "skip":
@@ -339,32 +381,25 @@ class TFRecordFileReader:
         filled = 0
         base = self.offset
         eof = False
+        source_error: DataLossError | None = None
         while True:
             mv = memoryview(buf)
             while filled < len(buf) and not eof:
-                n = src.readinto(mv[filled:])
+                try:
+                    n = src.readinto(mv[filled:])
+                except DataLossError as exc:  # damaged compressed stream: frame what came before
+                    source_error, n = exc, 0
                 if n:
                     filled += n
                 else:
                     eof = True
-            pos = 0
-            while True:
-                cap = min(self.max_batch_records, (filled - pos) // framing.OVERHEAD + 1)
-                res = framing.scan(buf, pos, filled, self.verify, cap)
-                if res.count:
-                    batch = RecordBatch(buf, res.offsets, res.lengths, self.url, base)
-                    self.offset = base + res.pos
-                    self.records_read += res.count
-                    yield batch
-                pos = res.pos
-                if res.err == framing.BAD_HEADER_CRC:
-                    return self._fail(CorruptRecordError, "corrupted", base + res.err_offset)
-                if res.err == framing.BAD_DATA_CRC:
-                    return self._fail(CorruptRecordError, "corrupted", base + res.err_offset)
-                if res.need == 0 and res.count == cap and pos < filled:
-                    continue  # capacity reached: frame the rest of the chunk
-                need = res.need
-                break
+            pos, need, bad = yield from self._scan_window(buf, 0, filled, base)
+            if bad is not None:
+                return self._fail(CorruptRecordError, "corrupted", bad)
+            if source_error is not None:
+                raise source_error
+            if pos == filled and (eof or (known_size is not None and base + pos >= known_size)):
+                return  # clean end of file
             beyond = known_size is not None and base + pos + need > known_size
             if eof or beyond:
                 if eof and pos == filled:
@@ -378,6 +413,45 @@ class TFRecordFileReader:
             new = np.empty(size, dtype=np.uint8)
             new[:tail] = buf[pos:filled]
             buf, filled, base = new, tail, base + pos
+
+    def _scan_window(self, buf, pos: int, end: int, base: int):
+        """Frame ``buf[pos:end]``: yields batches, then returns ``(pos, need, error)``."""
+        while True:
+            cap = min(self.max_batch_records, (end - pos) // framing.OVERHEAD + 1)
+            res = framing.scan(buf, pos, end, self.verify, cap)
+            if res.count:
+                self.offset = base + res.pos
+                self.records_read += res.count
+                yield RecordBatch(buf, res.offsets, res.lengths, self.url, base)
+            pos = res.pos
+            if res.err != framing.OK:
+                return pos, 0, base + res.err_offset
+            if res.need == 0 and res.count == cap and pos < end:
+                continue  # capacity reached: frame the rest
+            return pos, res.need, None
+
+    def _mmap_batches(self, path: str) -> Iterator[RecordBatch]:
+        gran = mmap.ALLOCATIONGRANULARITY
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            pos = self.offset
+            need = 0
+            while pos < size:
+                off = pos - pos % gran
+                length = min(max(self.buffer_size, MMAP_WINDOW, pos - off + need), size - off)
+                mm = mmap.mmap(fd, length, access=mmap.ACCESS_READ, offset=off)
+                rel, need, bad = yield from self._scan_window(mm, pos - off, length, off)
+                if bad is not None:
+                    return self._fail(CorruptRecordError, "corrupted", bad)
+                pos = off + rel
+                if pos < size and pos + need > size:
+                    return self._fail(TruncatedRecordError, "truncated", pos)
+                del mm  # batches still using the window keep it alive
+            if pos > size:
+                raise ValueError(f"start_offset {pos} is past the end of {self.url} ({size} bytes)")
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         if self._src is not None:
@@ -397,12 +471,13 @@ def read_record_batches(
     verify: bool = True,
     buffer_size: int = DEFAULT_BUFFER_SIZE,
     on_error: str = "raise",
+    use_mmap: bool = True,
     **storage_options,
 ) -> Iterator[RecordBatch]:
     """Batches of records from one or more files (paths, URLs or globs), in order."""
     for url in storage.expand(urls, **storage_options):
         reader = TFRecordFileReader(
-            url, compression, verify, buffer_size, on_error, **storage_options
+            url, compression, verify, buffer_size, on_error, use_mmap=use_mmap, **storage_options
         )
         yield from reader.batches()
 
@@ -413,6 +488,7 @@ def read_records(
     verify: bool = True,
     buffer_size: int = DEFAULT_BUFFER_SIZE,
     on_error: str = "raise",
+    use_mmap: bool = True,
     **storage_options,
 ) -> Iterator[bytes]:
     """Iterate over the records (bytes) of TFRecord file(s), checking CRCs unless ``verify=False``.
@@ -421,5 +497,7 @@ def read_records(
     and :class:`~tpudata.errors.TruncatedRecordError` ("truncated record at N"), both carrying
     ``path`` and ``offset``; records before the bad one are delivered first.
     """
-    for batch in read_record_batches(url, compression, verify, buffer_size, on_error, **storage_options):
+    for batch in read_record_batches(
+        url, compression, verify, buffer_size, on_error, use_mmap, **storage_options
+    ):
         yield from batch.to_list()

@@ -1,0 +1,175 @@
+"""Read + CRC + parse throughput of tpudata against TensorFlow, in the same run.
+
+Workloads (written once into --dir and reused):
+  A: one ~100 MB shard of ~110 KB records (random image/encoded 80-140 KB, int64 label, height,
+     width, format, filename); read + CRC + parse image/encoded + label into batches of 128.
+  B: 500,000 Examples of x: 16 floats and y: int64 label; parsed into batches of 1024.
+
+tpudata runs in this process on one thread (reader, CRC checks and parser all in the calling
+thread). TensorFlow, when importable, runs in a subprocess with its best pipeline
+(TFRecordDataset(buffer_size=8 MiB) -> batch -> map(parse_example, AUTOTUNE) -> prefetch), using
+every core, with the same glibc malloc settings tpudata uses. Each side reports its best of --repeat epochs after a warm-up epoch; the page cache
+is warm for both.
+
+    python benchmarks/bench_read.py                 # both workloads
+    python benchmarks/bench_read.py --workload B --repeat 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+
+import tpudata
+from tpudata import FixedLenFeature, _accel
+
+WORKLOADS = {
+    "A": {"file": "workload_a.tfrecord", "batch": 128,
+          "spec": {"image/encoded": ("bytes", []), "image/class/label": ("int64", [])}},
+    "B": {"file": "workload_b.tfrecord", "batch": 1024,
+          "spec": {"x": ("float32", [16]), "y": ("int64", [])}},
+}
+
+
+def make_a(path: str, target_bytes: int = 100 << 20, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    written = 0
+    i = 0
+    with tpudata.TFRecordWriter(path) as w:
+        while written < target_bytes:
+            size = int(rng.integers(80_000, 140_001))
+            h, wd = int(rng.integers(200, 600)), int(rng.integers(200, 600))
+            rec = tpudata.encode_example({
+                "image/encoded": rng.bytes(size), "image/class/label": int(rng.integers(1, 1001)),
+                "image/height": h, "image/width": wd, "image/format": b"JPEG",
+                "image/filename": f"n{i:08d}_{i}.JPEG".encode(),
+            })
+            w.write(rec)
+            written += len(rec) + 16
+            i += 1
+
+
+def make_b(path: str, n: int = 500_000, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    xs = rng.standard_normal((n, 16)).astype(np.float32)
+    ys = rng.integers(0, 10, n)
+    with tpudata.TFRecordWriter(path) as w:
+        w.write_many(tpudata.encode_example({"x": xs[i], "y": int(ys[i])}) for i in range(n))
+
+
+def spec_of(workload: str) -> dict:
+    dt = {"bytes": bytes, "float32": np.float32, "int64": np.int64}
+    return {k: FixedLenFeature(shape, dt[t]) for k, (t, shape) in WORKLOADS[workload]["spec"].items()}
+
+
+def run_tpudata(path: str, workload: str) -> tuple[float, int]:
+    spec = spec_of(workload)
+    batch = WORKLOADS[workload]["batch"]
+    first = next(iter(spec))
+    t0 = time.perf_counter()
+    n = 0
+    for out in tpudata.parse_batches(tpudata.read_record_batches(path), spec, batch):
+        n += len(out[first])
+    return time.perf_counter() - t0, n
+
+
+TF_SCRIPT = textwrap.dedent("""
+    import json, os, sys, time
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    import tensorflow as tf
+    path, batch, repeat, spec_json = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    dt = {"bytes": tf.string, "float32": tf.float32, "int64": tf.int64}
+    spec = {k: tf.io.FixedLenFeature(s, dt[t]) for k, (t, s) in json.loads(spec_json).items()}
+    ds = (tf.data.TFRecordDataset(path, buffer_size=8 << 20).batch(batch)
+          .map(lambda x: tf.io.parse_example(x, spec), num_parallel_calls=tf.data.AUTOTUNE)
+          .prefetch(tf.data.AUTOTUNE))
+    times = []
+    for epoch in range(repeat + 1):
+        t0 = time.perf_counter(); n = 0
+        for out in ds:
+            n += int(out[next(iter(spec))].shape[0])
+        if epoch:
+            times.append(time.perf_counter() - t0)
+    print(json.dumps({"times": times, "n": n, "version": tf.__version__}))
+""")
+
+
+def run_tf(path: str, workload: str, repeat: int) -> dict | None:
+    try:
+        import importlib.util
+
+        if importlib.util.find_spec("tensorflow") is None:
+            return None
+    except ValueError:
+        return None
+    spec = json.dumps(WORKLOADS[workload]["spec"])
+    env = dict(os.environ)
+    if _accel._allocator_state:  # the same glibc malloc settings tpudata runs with
+        env.update(MALLOC_MMAP_THRESHOLD_=str(16 << 20), MALLOC_TRIM_THRESHOLD_=str(128 << 20))
+    proc = subprocess.run(
+        [sys.executable, "-c", TF_SCRIPT, path, str(WORKLOADS[workload]["batch"]), str(repeat), spec],
+        capture_output=True, text=True, check=False, env=env,
+    )
+    if proc.returncode:
+        print(proc.stderr[-2000:], file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workload", nargs="+", default=["A", "B"], choices=["A", "B"])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "tpudata-bench"))
+    ap.add_argument("--no-tf", action="store_true", help="skip the TensorFlow peer")
+    ap.add_argument("--pure", action="store_true", help="use the pure Python path (no accelerator)")
+    args = ap.parse_args(argv)
+    if args.pure:
+        _accel.use_native(False)
+    os.makedirs(args.dir, exist_ok=True)
+    print(f"tpudata {tpudata.__version__}, accelerator: {'on' if _accel.native else 'off'}, "
+          f"cpu count {os.cpu_count()}")
+    results = {}
+    for wl in args.workload:
+        path = os.path.join(args.dir, WORKLOADS[wl]["file"])
+        if not os.path.exists(path):
+            print(f"writing workload {wl} to {path} ...", flush=True)
+            (make_a if wl == "A" else make_b)(path)
+        size = os.path.getsize(path)
+        run_tpudata(path, wl)  # warm-up (page cache)
+        ours = [run_tpudata(path, wl) for _ in range(args.repeat)]
+        tf_res = None if args.no_tf else run_tf(path, wl, args.repeat)
+        ours += [run_tpudata(path, wl) for _ in range(args.repeat)]  # again, after TF
+        n = ours[0][1]
+        best = min(t for t, _ in ours)
+        med = statistics.median(t for t, _ in ours)
+        row = {"records": n, "MB": size / 1e6,
+               "tpudata_GBps": size / best / 1e9, "tpudata_Mrps": n / best / 1e6,
+               "tpudata_median_GBps": size / med / 1e9}
+        line = (f"workload {wl}: {n} records, {size / 1e6:.0f} MB | tpudata best "
+                f"{row['tpudata_GBps']:.2f} GB/s {row['tpudata_Mrps']:.3f} M rec/s "
+                f"(median {row['tpudata_median_GBps']:.2f} GB/s)")
+        if tf_res:
+            tbest = min(tf_res["times"])
+            row.update({"tf_GBps": size / tbest / 1e9, "tf_Mrps": tf_res["n"] / tbest / 1e6,
+                        "ratio": tbest / best, "tf_version": tf_res["version"]})
+            line += (f" | TensorFlow {tf_res['version']} best {row['tf_GBps']:.2f} GB/s "
+                     f"{row['tf_Mrps']:.3f} M rec/s | ratio {row['ratio']:.2f}x")
+        else:
+            line += " | TensorFlow not available"
+        print(line, flush=True)
+        results[wl] = row
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

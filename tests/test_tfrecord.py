@@ -1,0 +1,436 @@
+"""TFRecord framing, streaming reader, writer and index."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import logging
+import os
+import pickle
+import struct
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tpudata
+from tpudata import _accel
+from tpudata.errors import CorruptRecordError, DataLossError, StorageError, TruncatedRecordError
+from tpudata.tfrecord import framing
+from tpudata.tfrecord.reader import TFRecordFileReader, detect_compression
+
+records_st = st.lists(st.binary(max_size=300), max_size=40)
+
+
+def framed(records) -> bytes:
+    return framing.frame_pure(records)
+
+
+def write_file(path, records, compression=None) -> str:
+    with tpudata.TFRecordWriter(str(path), compression) as w:
+        w.write_many(records)
+    return str(path)
+
+
+# -- checksums and framing ------------------------------------------------------------------------
+def test_crc32c_known_values(accel):
+    assert framing.crc32c(b"123456789") == 0xE3069283
+    assert framing.crc32c(b"") == 0
+    data = os.urandom(100_000)
+    assert framing.crc32c(data[5000:], framing.crc32c(data[:5000])) == framing.crc32c(data)
+
+
+def test_mask_roundtrip_and_tensorflow_value():
+    for crc in (0, 1, 0xFFFFFFFF, 0x12345678):
+        assert framing.unmask_crc(framing.mask_crc(crc)) == crc
+    # from tf.io.TFRecordWriter's output for b"hi"
+    assert framing.masked_crc32c(b"hi") == 0x5608D613
+
+
+@given(records_st)
+@settings(max_examples=60, deadline=None)
+def test_native_and_pure_frame_and_scan_agree(records):
+    data = framing.frame_pure(records)
+    if _accel.available():
+        assert _accel._compiled.frame(records) == data
+    for cap in (1, 3, 64):
+        offsets = np.empty(cap, np.int64)
+        lengths = np.empty(cap, np.int64)
+        pure = framing.scan_pure(data, 0, len(data), True, offsets, lengths)
+        pure_arrays = (offsets.copy(), lengths.copy())
+        if _accel.available():
+            nat = _accel._compiled.scan(data, 0, len(data), True, offsets, lengths)
+            assert nat == pure
+            n = pure[0]
+            assert np.array_equal(offsets[:n], pure_arrays[0][:n])
+            assert np.array_equal(lengths[:n], pure_arrays[1][:n])
+
+
+@given(records_st, st.data())
+@settings(max_examples=60, deadline=None)
+def test_scan_of_a_cut_buffer_reports_what_it_needs(records, data):
+    buf = framed(records)
+    cut = data.draw(st.integers(0, len(buf)))
+    for mode in ("native", "pure") if _accel.available() else ("pure",):
+        prev = _accel.use_native(mode == "native")
+        try:
+            r = framing.scan(buf, 0, cut, True, capacity=1000)
+        finally:
+            _accel.use_native(prev)
+        starts = np.cumsum([0] + [len(x) + 16 for x in records])
+        complete = int(np.searchsorted(starts, cut, side="right")) - 1
+        assert r.count == complete and r.err == framing.OK
+        assert r.pos == starts[complete]
+        if r.pos < cut or complete < len(records):
+            expect_need = 12 if cut - r.pos < 12 else len(records[complete]) + 16
+            assert r.need == expect_need
+        else:
+            assert r.need == 12
+
+
+def test_scan_reports_tensorflow_offsets_for_bad_crcs(accel):
+    buf = bytearray(framed([b"abc", b"defgh"]))
+    second = 3 + 16
+    bad_header = bytearray(buf)
+    bad_header[second + 2] ^= 1
+    r = framing.scan(bytes(bad_header), 0, len(buf))
+    assert (r.count, r.err, r.err_offset, r.pos) == (1, framing.BAD_HEADER_CRC, second, second)
+    bad_data = bytearray(buf)
+    bad_data[second + 13] ^= 1
+    r = framing.scan(bytes(bad_data), 0, len(buf))
+    assert (r.count, r.err, r.err_offset) == (1, framing.BAD_DATA_CRC, second + 12)
+    r = framing.scan(bytes(bad_data), 0, len(buf), verify=False)
+    assert r.count == 2 and r.err == framing.OK
+
+
+# -- reader ---------------------------------------------------------------------------------------
+@given(records_st, st.integers(64, 700), st.integers(1, 7))
+@settings(max_examples=80, deadline=None)
+def test_reader_any_buffer_size_and_batch_capacity(records, buffer_size, max_batch):
+    buf = framed(records)
+    fs_path = f"memory://hyp/{len(records)}-{buffer_size}-{max_batch}.tfrecord"
+    with tpudata.storage.open_atomic(fs_path) as f:
+        f.write(buf)
+    reader = TFRecordFileReader(fs_path, buffer_size=buffer_size, max_batch_records=max_batch)
+    got = []
+    for batch in reader:
+        assert 0 < len(batch) <= max_batch
+        starts = batch.record_offsets
+        for i, rec in enumerate(batch.to_list()):
+            expect_start = sum(len(x) + 16 for x in records[: len(got) + i])
+            assert starts[i] == expect_start
+            assert rec == records[len(got) + i]
+        got.extend(batch.to_list())
+        assert reader.offset == batch.end_offset
+    assert got == records
+    assert reader.offset == len(buf)
+
+
+def test_reader_resumes_at_every_record_boundary(accel, tmp_path):
+    records = [os.urandom(n) for n in (0, 5, 100, 3000, 7, 0, 64)]
+    for compression in (None, "GZIP", "ZLIB"):
+        path = write_file(tmp_path / f"r{compression}.tfrecord", records, compression)
+        offsets = [0] + list(np.cumsum([len(r) + 16 for r in records]))
+        for i, off in enumerate(offsets):
+            reader = TFRecordFileReader(path, start_offset=int(off), buffer_size=256)
+            assert [r for b in reader for r in b.to_list()] == records[i:]
+
+
+def test_read_records_over_many_files_and_globs(tmp_path):
+    a = write_file(tmp_path / "d-00000-of-00002", [b"a1", b"a2"])
+    b = write_file(tmp_path / "d-00001-of-00002", [b"b1"], "GZIP")
+    assert list(tpudata.read_records(str(tmp_path / "d-*"))) == [b"a1", b"a2", b"b1"]
+    assert list(tpudata.read_records([b, a])) == [b"b1", b"a1", b"a2"]
+    with pytest.raises(StorageError, match="no files match"):
+        list(tpudata.read_records(str(tmp_path / "nothing-*")))
+    with pytest.raises(StorageError, match="no such file"):
+        list(tpudata.read_records(str(tmp_path / "missing.tfrecord")))
+
+
+def test_empty_file_has_no_records(tmp_path):
+    p = tmp_path / "empty.tfrecord"
+    p.write_bytes(b"")
+    assert list(tpudata.read_records(str(p))) == []
+    assert list(tpudata.read_records(str(p), compression="GZIP")) == []
+
+
+@pytest.mark.parametrize("size", [1, 5, 11])
+def test_tiny_garbage_is_truncated_at_zero_with_hint(accel, tmp_path, size):
+    p = tmp_path / "tiny"
+    p.write_bytes(b"x" * size)
+    with pytest.raises(TruncatedRecordError) as info:
+        list(tpudata.read_records(str(p)))
+    assert info.value.offset == 0
+    assert "truncated record at 0 (Is this even a TFRecord file?)" in str(info.value)
+
+
+def test_every_truncation_point(accel, tmp_path):
+    records = [b"", b"abc", os.urandom(40), b"z"]
+    data = framed(records)
+    starts = [0] + list(np.cumsum([len(r) + 16 for r in records]))
+    p = tmp_path / "t.tfrecord"
+    for cut in range(len(data) + 1):
+        p.write_bytes(data[:cut])
+        got = []
+        try:
+            for rec in tpudata.read_records(str(p), buffer_size=64):
+                got.append(rec)
+        except TruncatedRecordError as exc:
+            k = max(i for i, s in enumerate(starts) if s <= cut)
+            assert exc.offset == starts[k] and cut != starts[k]
+            assert got == records[:k]  # everything before the damage is delivered
+        else:
+            assert cut in starts and got == records[: starts.index(cut)]
+
+
+def test_skip_mode_logs_and_stops_the_file(accel, tmp_path, caplog):
+    records = [b"one", b"two", b"three"]
+    data = bytearray(framed(records))
+    data[3 + 16 + 12] ^= 0xFF  # data of record 1
+    p = tmp_path / "bad.tfrecord"
+    p.write_bytes(bytes(data))
+    good = write_file(tmp_path / "good.tfrecord", [b"next"])
+    with caplog.at_level(logging.WARNING, logger="tpudata"):
+        got = list(tpudata.read_records([str(p), good], on_error="skip"))
+    assert got == [b"one", b"next"]
+    assert any(str(p) in r.getMessage() and "corrupted record at 31" in r.getMessage()
+               for r in caplog.records)
+    with pytest.raises(CorruptRecordError):
+        list(tpudata.read_records(str(p)))
+
+
+def test_skip_mode_on_truncation_and_corrupt_gzip(tmp_path, caplog):
+    p = tmp_path / "cut.tfrecord"
+    p.write_bytes(framed([b"keep", b"lost"])[:-3])
+    with caplog.at_level(logging.WARNING, logger="tpudata"):
+        assert list(tpudata.read_records(str(p), on_error="skip")) == [b"keep"]
+    assert "truncated record at 20" in caplog.text
+    records = [os.urandom(1000) for _ in range(20)]
+    g = tmp_path / "cut.gz"
+    g.write_bytes(gzip.compress(framed(records))[:10_000])
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tpudata"):
+        got = list(tpudata.read_records(str(g), on_error="skip"))
+    assert 0 < len(got) < 20 and got == records[: len(got)]
+    assert "truncated GZIP stream" in caplog.text and str(g) in caplog.text
+
+
+def test_multi_member_gzip_and_zlib_trailing_garbage(tmp_path):
+    p = tmp_path / "multi.gz"
+    p.write_bytes(gzip.compress(framed([b"a", b"b"])) + gzip.compress(framed([b"c"])))
+    assert list(tpudata.read_records(str(p))) == [b"a", b"b", b"c"]
+    z = tmp_path / "trail.zlib"
+    z.write_bytes(zlib.compress(framed([b"a"])) + b"garbage")
+    with pytest.raises(DataLossError, match="after the end of the ZLIB stream"):
+        list(tpudata.read_records(str(z), compression="ZLIB"))
+
+
+def test_truncated_and_corrupt_gzip_are_data_loss(tmp_path):
+    blob = gzip.compress(framed([os.urandom(500) for _ in range(10)]))
+    cut = tmp_path / "cut.gz"
+    cut.write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(TruncatedRecordError, match="truncated GZIP stream"):
+        list(tpudata.read_records(str(cut)))
+    bad = bytearray(blob)
+    bad[len(blob) // 2] ^= 0x55
+    (tmp_path / "bad.gz").write_bytes(bytes(bad))
+    with pytest.raises(DataLossError):
+        list(tpudata.read_records(str(tmp_path / "bad.gz")))
+
+
+def test_detect_compression():
+    plain = framed([b"abc"])
+    assert detect_compression(plain) == ""
+    assert detect_compression(gzip.compress(plain)) == "GZIP"
+    assert detect_compression(zlib.compress(plain)) == "ZLIB"
+    assert detect_compression(b"") == ""
+    # a record whose length bytes look like a zlib header is still recognised by its CRC
+    rec = b"x" * 0x9C78
+    assert framed([rec])[:2] == b"\x78\x9c" and detect_compression(framed([rec])) == ""
+
+
+def test_verify_false_reads_corrupt_data(tmp_path):
+    data = bytearray(framed([b"abc"]))
+    data[12] = ord("X")
+    p = tmp_path / "c.tfrecord"
+    p.write_bytes(bytes(data))
+    assert list(tpudata.read_records(str(p), verify=False)) == [b"Xbc"]
+
+
+def test_reader_rejects_bad_arguments(tmp_path):
+    p = write_file(tmp_path / "a", [b"x"])
+    with pytest.raises(ValueError, match="compression"):
+        TFRecordFileReader(p, compression="LZ4")
+    with pytest.raises(ValueError, match="on_error"):
+        TFRecordFileReader(p, on_error="ignore")
+    with pytest.raises(ValueError, match="buffer_size"):
+        TFRecordFileReader(p, buffer_size=8)
+
+
+@pytest.mark.parametrize("use_mmap", [True, False])
+def test_reader_closes_file_when_abandoned(tmp_path, use_mmap):
+    p = write_file(tmp_path / "a", [b"x"] * 10)
+    fds = len(os.listdir("/proc/self/fd"))
+    reader = TFRecordFileReader(p, buffer_size=64, max_batch_records=2, use_mmap=use_mmap)
+    it = iter(reader)
+    batch = next(it)
+    assert len(os.listdir("/proc/self/fd")) > fds
+    it.close()
+    del batch  # a batch keeps its (mmap) window alive until dropped
+    assert len(os.listdir("/proc/self/fd")) == fds
+
+
+@pytest.mark.parametrize("use_mmap", [True, False])
+def test_record_bigger_than_window(accel, tmp_path, use_mmap, monkeypatch):
+    from tpudata.tfrecord import reader as reader_module
+
+    monkeypatch.setattr(reader_module, "MMAP_WINDOW", 4096)
+    records = [b"a", os.urandom(50_000), b"b", os.urandom(9000)]
+    p = write_file(tmp_path / "big", records)
+    got = list(tpudata.read_records(p, buffer_size=1000, use_mmap=use_mmap))
+    assert got == records
+    cut = tmp_path / "cut"
+    cut.write_bytes(open(p, "rb").read()[:30_000])
+    with pytest.raises(TruncatedRecordError, match="truncated record at 17"):
+        list(tpudata.read_records(str(cut), buffer_size=1000, use_mmap=use_mmap))
+
+
+# -- writer ---------------------------------------------------------------------------------------
+def test_writer_is_atomic(tmp_path):
+    target = tmp_path / "out.tfrecord"
+    with pytest.raises(RuntimeError):
+        with tpudata.TFRecordWriter(str(target)) as w:
+            w.write(b"partial")
+            w.flush()
+            assert not target.exists()  # nothing under the final name while writing
+            raise RuntimeError("crash")
+    assert not target.exists()
+    assert os.listdir(tmp_path) == []  # no temporary left behind
+
+
+def test_unclosed_writer_never_publishes(tmp_path):
+    target = tmp_path / "gc.tfrecord"
+    w = tpudata.TFRecordWriter(str(target))
+    w.write(b"x")
+    del w
+    import gc
+
+    gc.collect()
+    assert os.listdir(tmp_path) == []
+
+
+def test_writer_api(tmp_path):
+    sink = io.BytesIO()
+    w = tpudata.TFRecordWriter(sink)
+    w.write("text ✓")
+    w.write(np.arange(3, dtype=np.uint8))
+    assert w.write_many(iter([b"a", bytearray(b"b")])) == 2
+    w.flush()
+    assert len(sink.getvalue()) == w.bytes_written
+    w.close()
+    w.close()
+    assert not sink.closed  # a file object passed in is not ours to close
+    assert w.records_written == 4
+    with pytest.raises(ValueError, match="closed"):
+        w.write(b"more")
+    sink.seek(0)
+    assert list(tpudata.read_records([_to_file(tmp_path, sink.getvalue())])) == [
+        "text ✓".encode(), b"\x00\x01\x02", b"a", b"b"]
+    with pytest.raises(TypeError):
+        tpudata.TFRecordWriter(str(tmp_path / "x")).write(12)
+
+
+def _to_file(tmp_path, data):
+    p = tmp_path / "from_sink.tfrecord"
+    p.write_bytes(data)
+    return str(p)
+
+
+def test_writer_flush_gzip_is_readable_after_close(tmp_path):
+    p = str(tmp_path / "f.gz")
+    with tpudata.TFRecordWriter(p, "gzip") as w:
+        for i in range(1000):
+            w.write(b"%d" % i)
+            if i % 100 == 0:
+                w.flush()
+    assert list(tpudata.read_records(p)) == [b"%d" % i for i in range(1000)]
+
+
+def test_memory_urls(memfs):
+    n = tpudata.write_records("memory://bucket/x.tfrecord", [b"1", b"22"])
+    assert n == 2
+    assert list(tpudata.read_records("memory://bucket/x.tfrecord")) == [b"1", b"22"]
+    with pytest.raises(RuntimeError):
+        with tpudata.TFRecordWriter("memory://bucket/y.tfrecord") as w:
+            w.write(b"a")
+            raise RuntimeError
+    assert not memfs.exists("/bucket/y.tfrecord")
+
+
+# -- record batches -------------------------------------------------------------------------------
+def test_record_batch():
+    b = tpudata.RecordBatch.from_records([b"ab", b"", b"cde"])
+    assert len(b) == 3 and b[0] == b"ab" and b[-1] == b"cde" and list(b) == [b"ab", b"", b"cde"]
+    assert b[1:].to_list() == [b"", b"cde"]
+    assert b.record_offsets.tolist() == [0, 2, 2] and b.end_offset == 5
+    assert tpudata.RecordBatch.from_records(b) is b
+    assert tpudata.RecordBatch.from_records(np.array([b"x", b"yz"], dtype=object)).to_list() == [
+        b"x", b"yz"]
+    assert "3 records" in repr(b)
+
+
+# -- index ----------------------------------------------------------------------------------------
+def test_index_format_matches_dali(tmp_path):
+    records = [b"", b"abc", os.urandom(1000)]
+    p = write_file(tmp_path / "i.tfrecord", records)
+    idx_path = str(tmp_path / "i.idx")
+    index = tpudata.build_index(p, idx_path)
+    # DALI's tfrecord2idx: "<offset> <frame length>" per record, computed by walking the file
+    expected, pos = [], 0
+    with open(p, "rb") as f:
+        while True:
+            head = f.read(8)
+            if not head:
+                break
+            (n,) = struct.unpack("<Q", head)
+            f.seek(4 + n + 4, 1)
+            expected.append(f"{pos} {f.tell() - pos}\n")
+            pos = f.tell()
+    with open(idx_path) as f:
+        assert f.read() == "".join(expected)
+    assert tpudata.read_index(idx_path).tolist() == index.tolist()
+    for i, rec in enumerate(records):
+        assert tpudata.read_record_at(p, i, idx_path) == rec
+    indexed = tpudata.IndexedTFRecordFile(p, index)
+    assert len(indexed) == 3 and indexed[-1] == records[-1]
+    with pytest.raises(IndexError):
+        indexed[3]
+    clone = pickle.loads(pickle.dumps(indexed))
+    assert clone[1] == b"abc"
+
+
+def test_index_detects_damage(tmp_path):
+    p = write_file(tmp_path / "i.tfrecord", [b"abc", b"defg"])
+    idx = tpudata.build_index(p)
+    data = bytearray(open(p, "rb").read())
+    data[19 + 12] ^= 1
+    open(p, "wb").write(bytes(data))
+    with pytest.raises(CorruptRecordError, match="corrupted record at 31"):
+        tpudata.read_record_at(p, 1, idx)
+    assert tpudata.read_record_at(p, 0, idx) == b"abc"
+    data[19 + 12] ^= 1  # repaired
+    open(p, "wb").write(bytes(data))
+    assert tpudata.read_record_at(p, 1, idx) == b"defg"
+    wrong = idx.copy()
+    wrong[1, 1] -= 1  # an index that disagrees with the file's framing
+    with pytest.raises(TruncatedRecordError):
+        tpudata.read_record_at(p, 1, wrong)
+    wrong[0, 1] += 1
+    with pytest.raises(CorruptRecordError, match="index says"):
+        tpudata.read_record_at(p, 0, wrong)
+    bad = tmp_path / "bad.idx"
+    bad.write_text("0 20\nnot numbers\n")
+    with pytest.raises(ValueError, match="bad.idx:2"):
+        tpudata.read_index(str(bad))
