@@ -293,6 +293,36 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* find_frame(buf, pos, end) -> offset of the first valid record frame at or after pos, or -1.
+ * Valid: header CRC matches and, when the whole record lies inside buf[:end], its data CRC too.
+ * Used to resynchronise after corruption (tpudata verify --all). */
+
+static PyObject *py_find_frame(PyObject *self, PyObject *args) {
+    Py_buffer b;
+    Py_ssize_t pos, end;
+    if (!PyArg_ParseTuple(args, "y*nn", &b, &pos, &end)) return NULL;
+    if (pos < 0 || end < pos || end > b.len) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "find_frame: bad positions");
+        return NULL;
+    }
+    const uint8_t *p = (const uint8_t *)b.buf;
+    Py_ssize_t found = -1;
+    Py_BEGIN_ALLOW_THREADS for (; pos + 12 <= end; pos++) {
+        if (mask_crc(crc32c_value(p + pos, 8)) != ld32(p + pos + 8)) continue;
+        uint64_t len = ld64(p + pos);
+        if (len <= (uint64_t)(end - pos - 12) && (uint64_t)(end - pos - 12) - len >= 4) {
+            if (mask_crc(crc32c_value(p + pos + 12, (size_t)len)) != ld32(p + pos + 12 + len))
+                continue;
+        }
+        found = pos;
+        break;
+    }
+    Py_END_ALLOW_THREADS PyBuffer_Release(&b);
+    return PyLong_FromSsize_t(found);
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* frame(records) -> bytes                                                                     */
 
 static PyObject *py_frame(PyObject *self, PyObject *arg) {
@@ -785,6 +815,7 @@ static PyMethodDef methods[] = {
     {"scan", py_scan, METH_VARARGS,
      "scan(buf, pos, end, verify, offsets, lengths) -> (count, pos, err, err_offset, need)"},
     {"frame", py_frame, METH_O, "frame(records) -> bytes of TFRecord framing"},
+    {"find_frame", py_find_frame, METH_VARARGS, "find_frame(buf, pos, end) -> offset or -1"},
     {"split", py_split, METH_VARARGS, "split(buf, offsets, lengths) -> list of bytes"},
     {"locate", py_locate, METH_VARARGS,
      "locate(buf, offsets, lengths, keys, locs) -> (bad_record, bad_position)"},

@@ -163,3 +163,33 @@ def split(buf, offsets: np.ndarray, lengths: np.ndarray) -> list:
             np.ascontiguousarray(lengths, dtype=np.int64),
         )
     return split_pure(buf, offsets, lengths)
+
+
+def find_frame_pure(buf, pos: int, end: int) -> int:
+    """Reference: first offset >= pos holding a valid frame (see :func:`find_frame`), or -1."""
+    mv = memoryview(buf).cast("B")
+    crc = _crc32c_pkg.crc32c
+    unpack_q = struct.Struct("<Q").unpack_from
+    unpack_i = struct.Struct("<I").unpack_from
+    while pos + HEADER_SIZE <= end:
+        if mask_crc(crc(mv[pos : pos + 8])) == unpack_i(mv, pos + 8)[0]:
+            (length,) = unpack_q(mv, pos)
+            start = pos + HEADER_SIZE
+            if length + FOOTER_SIZE > end - start or (
+                mask_crc(crc(mv[start : start + length])) == unpack_i(mv, start + length)[0]
+            ):
+                return pos
+        pos += 1
+    return -1
+
+
+def find_frame(buf, pos: int, end: int) -> int:
+    """First offset at or after ``pos`` where a valid TFRecord frame starts, or -1.
+
+    Valid means the header CRC matches and, when the record fits in ``buf[:end]``, the data CRC
+    too. Used to resynchronise after a corrupt record.
+    """
+    nat = _accel.native
+    if nat is not None:
+        return nat.find_frame(buf, pos, end)
+    return find_frame_pure(buf, pos, end)
