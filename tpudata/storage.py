@@ -86,9 +86,15 @@ def join(base: str, *names: str) -> str:
     return out
 
 
-def _full_url(fs, path: str, like: str) -> str:
-    if is_local(like):
+def _full_url(fs, path: str, pattern: str) -> str:
+    """``path`` (as the filesystem returns it) spelled like ``pattern``'s URL."""
+    if is_local(pattern):
         return path
+    cut = min((pattern.index(c) for c in _GLOB_CHARS if c in pattern), default=len(pattern))
+    head = pattern[: pattern.rfind("/", 0, cut) + 1]
+    fs_head = fs._strip_protocol(head).rstrip("/")
+    if "://" in head and head.index("://") + 3 < len(head) and path.startswith(fs_head + "/"):
+        return head.rstrip("/") + path[len(fs_head) :]
     return fs.unstrip_protocol(path)
 
 

@@ -55,7 +55,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("index", help="write a DALI-style index (offset length per record)")
     _common(p)
-    p.add_argument("--output-dir", help="where to write NAME.idx (default: next to each file)")
+    p.add_argument("--output-dir", help="where to write NAME.idx (default: next to each file, "
+                   "where a glob like train-* would then match the index too)")
     p.set_defaults(func=cmd_index)
 
 
@@ -80,6 +81,7 @@ def cmd_count(args) -> int:
 # -- verify ---------------------------------------------------------------------------------------
 def _resync(path: str, start: int) -> int:
     """Offset of the next valid frame at or after ``start`` in an uncompressed file, or -1."""
+    keep = framing.HEADER_SIZE - 1  # a header may straddle two windows
     with storage.open_read(path) as f:
         f.seek(start)
         pos = start
@@ -87,22 +89,13 @@ def _resync(path: str, start: int) -> int:
         while True:
             chunk = f.read(_RESYNC_WINDOW)
             buf = carry + chunk
-            if len(buf) < framing.HEADER_SIZE:
-                return -1
-            limit = len(buf) if not chunk else len(buf) - framing.HEADER_SIZE + 1
-            hit = framing.find_frame(buf, 0, len(buf)) if not chunk else _find_before(buf, limit)
+            hit = framing.find_frame(buf, 0, len(buf))
             if hit >= 0:
                 return pos + hit
             if not chunk:
                 return -1
-            keep = framing.HEADER_SIZE - 1
             carry = buf[-keep:]
-            pos += len(buf) - keep
-
-
-def _find_before(buf: bytes, limit: int) -> int:
-    hit = framing.find_frame(buf, 0, len(buf))
-    return hit if 0 <= hit < limit else -1
+            pos += len(buf) - len(carry)
 
 
 def _verify_file(path: str, compression, report_all: bool) -> Iterator[tuple[int, int, str]]:
@@ -125,7 +118,6 @@ def _verify_file(path: str, compression, report_all: bool) -> Iterator[tuple[int
             if start < 0:
                 yield good, -1, ""
                 return
-            good = good  # records after the damage are counted as the scan continues
 
 
 def cmd_verify(args) -> int:

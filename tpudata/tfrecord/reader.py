@@ -334,8 +334,10 @@ class TFRecordFileReader:
         return src
 
     # -- errors ----------------------------------------------------------------------------------
-    def _fail(self, cls, kind: str, offset: int):
-        hint = _NOT_TFRECORD_HINT if offset == 0 else ""
+    def _fail(self, cls, kind: str, offset: int, partial_header: bool = False):
+        # TensorFlow adds the hint to "corrupted record at 0"; a partial header at 0 (which
+        # TensorFlow silently takes for the end of the file) gets it too.
+        hint = _NOT_TFRECORD_HINT if offset == 0 and (kind == "corrupted" or partial_header) else ""
         message = f"{kind} record at {offset}{hint}"
         if self.on_error == "skip":
             logger.warning("skipping the rest of %s: %s", self.url, message)
@@ -404,7 +406,9 @@ class TFRecordFileReader:
             if eof or beyond:
                 if eof and pos == filled:
                     return
-                return self._fail(TruncatedRecordError, "truncated", base + pos)
+                return self._fail(
+                    TruncatedRecordError, "truncated", base + pos, need == framing.HEADER_SIZE
+                )
             # carry the incomplete record to a fresh buffer (earlier batches keep the old one)
             tail = filled - pos
             size = max(bufsize, tail + 1)
@@ -446,7 +450,9 @@ class TFRecordFileReader:
                     return self._fail(CorruptRecordError, "corrupted", bad)
                 pos = off + rel
                 if pos < size and pos + need > size:
-                    return self._fail(TruncatedRecordError, "truncated", pos)
+                    return self._fail(
+                        TruncatedRecordError, "truncated", pos, need == framing.HEADER_SIZE
+                    )
                 del mm  # batches still using the window keep it alive
             if pos > size:
                 raise ValueError(f"start_offset {pos} is past the end of {self.url} ({size} bytes)")

@@ -1,0 +1,132 @@
+"""One storage test suite run over every backend (fsspec's abstract-test pattern)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+import tpudata
+from tpudata import storage
+from tpudata.errors import StorageError
+
+
+class StorageSuite:
+    """Tests every backend must pass; subclasses provide the ``root`` fixture (a URL prefix)."""
+
+    def test_atomic_write_appears_only_on_close(self, root):
+        url = storage.join(root, "a", "obj.bin")
+        f = storage.open_atomic(url)
+        f.write(b"x" * 1000)
+        f.flush()
+        assert not storage.exists(url)
+        f.close()
+        assert storage.exists(url) and storage.size(url) == 1000
+        assert storage.read_bytes(url) == b"x" * 1000
+
+    def test_error_inside_with_leaves_nothing(self, root):
+        url = storage.join(root, "b", "obj.bin")
+        with pytest.raises(KeyError):
+            with storage.open_atomic(url) as f:
+                f.write(b"partial")
+                raise KeyError("boom")
+        assert not storage.exists(url)
+        assert not [u for u in storage.glob(storage.join(root, "b", "*"))]
+
+    def test_overwrite_is_atomic(self, root):
+        url = storage.join(root, "c.bin")
+        with storage.open_atomic(url) as f:
+            f.write(b"old")
+        w = storage.open_atomic(url)
+        w.write(b"new content")
+        assert storage.read_bytes(url) == b"old"  # readers still see the old version
+        w.close()
+        assert storage.read_bytes(url) == b"new content"
+
+    def test_glob_sorted_in_the_pattern_form(self, root):
+        names = ["train-00002-of-00003", "train-00000-of-00003", "train-00001-of-00003", "val-0"]
+        for name in names:
+            with storage.open_atomic(storage.join(root, "g", name)) as f:
+                f.write(b"1")
+        found = storage.glob(storage.join(root, "g", "train-*"))
+        assert found == [storage.join(root, "g", n) for n in sorted(names[:3])]
+        assert storage.expand([storage.join(root, "g", "val-0")]) == [storage.join(root, "g", "val-0")]
+        with pytest.raises(StorageError, match="no files match"):
+            storage.expand(storage.join(root, "g", "test-*"))
+        with pytest.raises(StorageError, match="no such file"):
+            storage.expand(storage.join(root, "g", "missing"))
+
+    def test_remove(self, root):
+        url = storage.join(root, "r.bin")
+        with storage.open_atomic(url) as f:
+            f.write(b"1")
+        storage.remove(url)
+        assert not storage.exists(url)
+        storage.remove(url)  # missing_ok
+        with pytest.raises(FileNotFoundError):
+            storage.remove(url, missing_ok=False)
+
+    @pytest.mark.parametrize("compression", [None, "GZIP", "ZLIB"])
+    def test_tfrecord_roundtrip(self, root, compression):
+        url = storage.join(root, "t", f"data-{compression}.tfrecord")
+        records = [os.urandom(n) for n in (0, 10, 70_000, 3)] * 3
+        tpudata.write_records(url, records, compression)
+        assert list(tpudata.read_records(url, buffer_size=4096)) == records
+        assert list(tpudata.read_records(url, compression=compression)) == records
+
+    def test_open_read_seek_and_readinto(self, root):
+        url = storage.join(root, "s.bin")
+        with storage.open_atomic(url) as f:
+            f.write(bytes(range(256)) * 4)
+        with storage.open_read(url) as f:
+            f.seek(250)
+            buf = bytearray(10)
+            assert f.readinto(buf) == 10
+            assert bytes(buf) == bytes(range(250, 256)) + bytes(range(4))
+
+
+class TestLocalPaths(StorageSuite):
+    @pytest.fixture
+    def root(self, tmp_path):
+        return str(tmp_path)
+
+    def test_no_temporaries_left_and_cleanup(self, root):
+        url = os.path.join(root, "x.bin")
+        w = storage.open_atomic(url)
+        w.write(b"1")
+        leftovers = [n for n in os.listdir(root) if storage.TEMP_MARKER in n]
+        assert len(leftovers) == 1  # what a crash would leave behind
+        assert storage.cleanup_temporaries(root) == [os.path.join(root, leftovers[0])]
+        assert os.listdir(root) == []
+
+
+class TestFileUrls(StorageSuite):
+    @pytest.fixture
+    def root(self, tmp_path):
+        return "file://" + str(tmp_path)
+
+
+class TestMemory(StorageSuite):
+    @pytest.fixture
+    def root(self, memfs):
+        return f"memory://suite-{uuid.uuid4().hex[:8]}"
+
+
+def test_emulator_settings_applied(monkeypatch):
+    """With STORAGE_EMULATOR_HOST set, gs:// never takes gcsfs's gRPC bucket-type probe path."""
+    import gcsfs.core
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")
+    monkeypatch.delenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", raising=False)
+    fs = storage.gcs_filesystem()
+    assert type(fs) is gcsfs.core.GCSFileSystem
+    assert os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] == "false"
+    fs2, path = storage.url_to_fs("gs://bucket/a/b")
+    assert type(fs2) is gcsfs.core.GCSFileSystem and path == "bucket/a/b"
+    gcsfs.core.GCSFileSystem.clear_instance_cache()
+
+
+def test_unknown_protocol_is_a_storage_error():
+    with pytest.raises(StorageError, match="cannot open"):
+        storage.url_to_fs("nosuchproto://x/y")
