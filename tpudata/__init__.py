@@ -7,6 +7,15 @@
 [[7]]
 """
 
+from tpudata.dataset import (
+    AUTOTUNE,
+    Dataset,
+    FixedLengthRecordDataset,
+    TensorSpec,
+    TextLineDataset,
+    TFRecordDataset,
+    VarLenSpec,
+)
 from tpudata.errors import (
     CorruptRecordError,
     DataLossError,
@@ -47,21 +56,28 @@ from tpudata.tfrecord import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AUTOTUNE",
     "CorruptRecordError",
     "DataLossError",
+    "Dataset",
     "FixedLenFeature",
+    "FixedLengthRecordDataset",
     "IndexedTFRecordFile",
     "InvalidExampleError",
     "RecordBatch",
     "SpecError",
     "StaticShapeError",
     "StorageError",
+    "TFRecordDataset",
     "TFRecordFileReader",
     "TFRecordWriter",
+    "TensorSpec",
+    "TextLineDataset",
     "TpuDataError",
     "TruncatedRecordError",
     "UnsupportedDtypeError",
     "VarLenFeature",
+    "VarLenSpec",
     "VarLenValues",
     "build_index",
     "decode_example",

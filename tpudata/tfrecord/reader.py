@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_BUFFER_SIZE = storage.DEFAULT_BUFFER_SIZE
 MAX_BATCH_RECORDS = 65536
-MMAP_WINDOW = 32 << 20
+MMAP_WINDOW = 8 << 20
 _COMPRESSED_CHUNK = 1 << 20
 _NOT_TFRECORD_HINT = " (Is this even a TFRecord file?)"
 _ON_ERROR = ("raise", "skip")
@@ -259,7 +259,7 @@ class TFRecordFileReader:
     ``ignore_errors``) instead of raising. ``start_offset`` resumes at a record boundary
     (a previous :attr:`offset`).
 
-    Local uncompressed files are memory-mapped in windows of ``max(buffer_size, 32 MiB)``
+    Local uncompressed files are memory-mapped in windows of ``max(buffer_size, 8 MiB)``
     (batches are views of the page cache: no read copy); other sources are read with
     ``readinto`` in ``buffer_size`` blocks. Pass ``use_mmap=False`` for files that may be
     truncated in place while they are read (a shrinking mapped file raises SIGBUS).
@@ -277,7 +277,7 @@ class TFRecordFileReader:
         buffer_size: int = DEFAULT_BUFFER_SIZE,
         on_error: str = "raise",
         start_offset: int = 0,
-        max_batch_records: int = MAX_BATCH_RECORDS,
+        max_batch_records: int | None = None,
         retries: int = 3,
         use_mmap: bool = True,
         **storage_options,
@@ -295,7 +295,7 @@ class TFRecordFileReader:
         self.buffer_size = int(buffer_size)
         self.on_error = on_error
         self.offset = int(start_offset)  # next record's stream offset
-        self.max_batch_records = max(1, int(max_batch_records))
+        self.max_batch_records = max(1, int(max_batch_records or MAX_BATCH_RECORDS))
         self.retries = retries
         self.use_mmap = use_mmap
         self.storage_options = storage_options

@@ -1,0 +1,26 @@
+"""tf.data's model without TensorFlow: sources, transformations, prefetch, checkpointable state."""
+
+from tpudata.dataset.base import INFINITE, UNKNOWN, Dataset, Iterator
+from tpudata.dataset.block import Block, RecordColumn
+from tpudata.dataset.sources import (
+    AUTOTUNE,
+    FixedLengthRecordDataset,
+    TextLineDataset,
+    TFRecordDataset,
+)
+from tpudata.dataset.spec import TensorSpec, VarLenSpec
+
+__all__ = [
+    "AUTOTUNE",
+    "Block",
+    "Dataset",
+    "FixedLengthRecordDataset",
+    "INFINITE",
+    "Iterator",
+    "RecordColumn",
+    "TFRecordDataset",
+    "TensorSpec",
+    "TextLineDataset",
+    "UNKNOWN",
+    "VarLenSpec",
+]

@@ -1,0 +1,140 @@
+"""prefetch: produce blocks in a background thread.
+
+The producer thread puts ``(block, state_after, error)`` on a bounded buffer (bounded in
+elements and in bytes), so checkpoint state and errors travel with the data and surface in the
+consumer's thread, with the producer's traceback. ``close()`` stops and joins the thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+
+from tpudata.dataset.base import BlockIterator, Dataset
+
+logger = logging.getLogger(__name__)
+
+_END = object()
+
+
+class PrefetchDataset(Dataset):
+    def __init__(self, input_ds: Dataset, buffer_size: int = 2, max_bytes: int = 256 << 20):
+        super().__init__()
+        if buffer_size is None or buffer_size < 0:  # AUTOTUNE (-1)
+            buffer_size = 2
+        self.input = input_ds
+        self.buffer_size = max(1, int(buffer_size))
+        self.max_bytes = int(max_bytes)
+
+    def _make_iterator(self, ctx):
+        return PrefetchIterator(self.input._make_iterator(ctx), self.buffer_size, self.max_bytes)
+
+    def cardinality(self):
+        return self.input.cardinality()
+
+
+class PrefetchIterator(BlockIterator):
+    """Runs ``input_it`` in a thread, at most ``max_elements`` / ``max_bytes`` ahead."""
+
+    def __init__(self, input_it: BlockIterator, max_elements: int = 2, max_bytes: int = 256 << 20,
+                 name: str = "tpudata-prefetch"):
+        self.input_it = input_it
+        self.max_elements = max(1, max_elements)
+        self.max_bytes = max_bytes
+        self.name = name
+        self.cond = threading.Condition()
+        self.items: collections.deque = collections.deque()
+        self.elements = 0
+        self.bytes = 0
+        self.stop = False
+        self.thread: threading.Thread | None = None
+        self.state = input_it.get_state()  # consumer-side position
+        self.finished = False
+
+    # -- producer --------------------------------------------------------------------------------
+    def _run(self):
+        try:
+            while True:
+                with self.cond:
+                    while not self.stop and self.items and (
+                        self.elements >= self.max_elements or self.bytes >= self.max_bytes
+                    ):
+                        self.cond.wait()
+                    if self.stop:
+                        return
+                block = self.input_it.next()
+                after = self.input_it.get_state()
+                with self.cond:
+                    if self.stop:
+                        return
+                    if block is None:
+                        self.items.append((_END, after, None))
+                        self.cond.notify_all()
+                        return
+                    nbytes = block.nbytes
+                    self.items.append((block, after, nbytes))
+                    self.elements += block.n
+                    self.bytes += nbytes
+                    self.cond.notify_all()
+        except BaseException as exc:  # surfaces in the consumer with this traceback
+            with self.cond:
+                self.items.append((exc, None, None))
+                self.cond.notify_all()
+
+    def _start(self):
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self.thread.start()
+
+    def ready(self) -> bool:
+        """Whether a block (or the end, or an error) is waiting."""
+        with self.cond:
+            return bool(self.items)
+
+    # -- consumer --------------------------------------------------------------------------------
+    def next(self):
+        if self.finished:
+            return None
+        if self.thread is None:
+            self._start()
+        with self.cond:
+            while not self.items:
+                self.cond.wait()
+            item, after, nbytes = self.items.popleft()
+            if isinstance(item, BaseException):
+                self.finished = True
+                raise item
+            if item is _END:
+                self.finished = True
+                self.state = after
+                return None
+            self.elements -= item.n
+            self.bytes -= nbytes
+            self.state = after
+            self.cond.notify_all()
+            return item
+
+    def get_state(self):
+        return self.state
+
+    def set_state(self, state):
+        self._shutdown()
+        self.input_it.set_state(state)
+        self.state = state
+        self.finished = False
+
+    def _shutdown(self):
+        if self.thread is not None:
+            with self.cond:
+                self.stop = True
+                self.cond.notify_all()
+            self.thread.join()
+            self.thread = None
+        with self.cond:
+            self.items.clear()
+            self.elements = self.bytes = 0
+
+    def close(self):
+        self._shutdown()
+        self.input_it.close()

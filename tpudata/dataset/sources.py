@@ -1,0 +1,376 @@
+"""Dataset sources: in-memory tensors, ranges, file lists, and record readers.
+
+>>> list(Dataset.from_tensor_slices({"x": np.arange(3), "name": ["a", "b", "c"]}).take(2))
+[{'name': b'a', 'x': np.int64(0)}, {'name': b'b', 'x': np.int64(1)}]
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import zlib
+import numpy as np
+
+from tpudata import storage
+from tpudata.dataset.base import BlockIterator, Dataset
+from tpudata.dataset.block import Block, RecordColumn
+from tpudata.dataset.nest import LEAF, flatten
+from tpudata.errors import DataLossError
+from tpudata.tfrecord.batch import RecordBatch
+from tpudata.tfrecord.reader import DEFAULT_BUFFER_SIZE, TFRecordFileReader
+
+logger = logging.getLogger(__name__)
+
+BLOCK_ELEMENTS = 65536
+AUTOTUNE = -1
+
+
+def _to_column(value) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.dtype.kind == "U":  # strings become bytes, as tf.string elements do
+        out = np.empty(arr.shape, dtype=object)
+        out.ravel()[:] = [s.encode("utf-8") for s in arr.ravel().tolist()]
+        return out
+    if arr.dtype.kind == "S":
+        out = np.empty(arr.shape, dtype=object)
+        out.ravel()[:] = arr.ravel().tolist()
+        return out
+    return arr
+
+
+class _ArrayIterator(BlockIterator):
+    def __init__(self, make_block, n: int):
+        self.make_block = make_block
+        self.n = n
+        self.pos = 0
+
+    def next(self):
+        if self.pos >= self.n:
+            return None
+        end = min(self.n, self.pos + BLOCK_ELEMENTS)
+        block = self.make_block(self.pos, end)
+        self.pos = end
+        return block
+
+    def get_state(self):
+        return {"pos": self.pos}
+
+    def set_state(self, state):
+        self.pos = int(state["pos"])
+
+
+class TensorSlicesDataset(Dataset):
+    """Elements are slices of arrays (or a single element, for ``from_tensors``)."""
+
+    def __init__(self, tensors, single: bool = False):
+        super().__init__()
+        self.tree, leaves = flatten(tensors)
+        cols = [_to_column(v) for v in leaves]
+        if single:
+            cols = [c[None] for c in cols]
+        if any(c.ndim == 0 for c in cols):
+            raise ValueError("from_tensor_slices needs arrays with a first dimension, not scalars")
+        sizes = {len(c) for c in cols}
+        if len(sizes) != 1:
+            raise ValueError(f"from_tensor_slices: components have different first dimensions {sorted(sizes)}")
+        self.cols = cols
+        self.n = sizes.pop()
+
+    def _make_iterator(self, ctx):
+        return _ArrayIterator(lambda i, j: Block(self.tree, [c[i:j] for c in self.cols], j - i), self.n)
+
+    def cardinality(self) -> int:
+        return self.n
+
+
+class RangeDataset(Dataset):
+    def __init__(self, *args, dtype=np.int64):
+        super().__init__()
+        r = range(*args)
+        self.start, self.step, self.n = r.start, r.step, len(r)
+        self.dtype = np.dtype(dtype)
+
+    def _make_iterator(self, ctx):
+        def make(i, j):
+            values = (self.start + self.step * np.arange(i, j, dtype=np.int64)).astype(self.dtype)
+            return Block(LEAF, [values], j - i)
+
+        return _ArrayIterator(make, self.n)
+
+    def cardinality(self) -> int:
+        return self.n
+
+
+class FileListDataset(TensorSlicesDataset):
+    """A known list of file names (bytes elements, like tf.string)."""
+
+    def __init__(self, files: list[str]):
+        super().__init__(np.array([f.encode("utf-8") for f in files] + [b""], dtype=object)[:-1])
+        self.files = list(files)
+
+
+def list_files(pattern, shuffle: bool = False, seed: int | None = None, **storage_options) -> Dataset:
+    """Files matching a glob (or list of globs), sorted; ``shuffle`` shuffles them each epoch."""
+    patterns = [pattern] if isinstance(pattern, (str, os.PathLike)) else list(pattern)
+    files: list[str] = []
+    for p in patterns:
+        files += storage.expand(os.fspath(p), **storage_options)
+    ds: Dataset = FileListDataset(sorted(files))
+    if shuffle:
+        ds = ds.shuffle(len(files), seed=seed)
+    return ds
+
+
+def _names(filenames) -> list[str]:
+    if isinstance(filenames, (str, bytes, os.PathLike)):
+        filenames = [filenames]
+    elif isinstance(filenames, np.ndarray):
+        filenames = filenames.ravel().tolist()
+    out = []
+    for f in filenames:
+        if isinstance(f, (bytes, np.bytes_)):
+            f = f.decode("utf-8")
+        out.append(os.fspath(f))
+    if not out:
+        raise ValueError("no file names given")
+    return out
+
+
+class _FilesIterator(BlockIterator):
+    """Reads files one after the other; state is (file index, byte offset of the next element)."""
+
+    def __init__(self, files: list[str], open_file):
+        self.files = files
+        self.open_file = open_file
+        self.file = 0
+        self.offset = 0
+        self.gen = None
+
+    def next(self):
+        while self.file < len(self.files):
+            if self.gen is None:
+                self.gen = self.open_file(self.files[self.file], self.offset)
+            item = next(self.gen, None)
+            if item is None:
+                self.gen = None
+                self.file += 1
+                self.offset = 0
+                continue
+            block, self.offset = item
+            return block
+        return None
+
+    def get_state(self):
+        return {"file": self.file, "offset": self.offset}
+
+    def set_state(self, state):
+        self.close()
+        self.file, self.offset = int(state["file"]), int(state["offset"])
+
+    def close(self):
+        if self.gen is not None:
+            self.gen.close()
+            self.gen = None
+
+
+class _RecordFilesDataset(Dataset):
+    def __init__(self, files: list[str]):
+        super().__init__()
+        self.files = files
+
+    def _open(self, path: str, offset: int):
+        raise NotImplementedError
+
+    def _make_iterator(self, ctx):
+        return _FilesIterator(self.files, self._open)
+
+
+class _TFRecordFiles(_RecordFilesDataset):
+    def __init__(self, files, compression, buffer_size, verify, on_error, storage_options):
+        super().__init__(files)
+        self.options = dict(compression=compression, verify=verify, buffer_size=buffer_size,
+                            on_error=on_error, **storage_options)
+
+    def _open(self, path, offset):
+        reader = TFRecordFileReader(path, start_offset=offset, **self.options)
+        try:
+            for batch in reader:
+                yield Block.of_records(batch), batch.end_offset
+        finally:
+            reader.close()
+
+
+def TFRecordDataset(filenames, compression_type: str | None = None,
+                    buffer_size: int | None = DEFAULT_BUFFER_SIZE,
+                    num_parallel_reads: int | None = None, verify: bool = True,
+                    on_error: str = "raise", **storage_options) -> Dataset:
+    """Records of TFRecord files (any fsspec URL), like ``tf.data.TFRecordDataset``.
+
+    ``filenames`` is a name, a list of names, or a Dataset of names. ``num_parallel_reads=k``
+    reads ``k`` files at once in background threads, interleaving their records one by one in a
+    deterministic order (as tf.data does). ``on_error="skip"`` stops reading a damaged file with
+    a warning instead of raising (tf.data's ``ignore_errors``).
+    """
+    opts = (compression_type, buffer_size or DEFAULT_BUFFER_SIZE, verify, on_error, storage_options)
+
+    def one(name) -> Dataset:
+        return _TFRecordFiles(_names(name), *opts)
+
+    if isinstance(filenames, Dataset):
+        files_ds = filenames
+    else:
+        files = _names(filenames)
+        if not num_parallel_reads or num_parallel_reads == 1 or len(files) == 1:
+            return _TFRecordFiles(files, *opts)
+        files_ds = FileListDataset(files)
+    if not num_parallel_reads:
+        return files_ds.interleave(one, cycle_length=1, block_length=1)
+    k = os.cpu_count() or 2 if num_parallel_reads == AUTOTUNE else int(num_parallel_reads)
+    return files_ds.interleave(one, cycle_length=k, block_length=1, num_parallel_calls=k,
+                               deterministic=True)
+
+
+class _FixedLengthFiles(_RecordFilesDataset):
+    def __init__(self, files, record_bytes, header_bytes, footer_bytes, buffer_size, compression,
+                 storage_options):
+        super().__init__(files)
+        if record_bytes <= 0:
+            raise ValueError(f"record_bytes must be positive, not {record_bytes}")
+        self.record_bytes, self.header, self.footer = record_bytes, header_bytes, footer_bytes
+        self.chunk = max(1, (buffer_size or DEFAULT_BUFFER_SIZE) // record_bytes) * record_bytes
+        self.compression = (compression or "").upper()
+        self.storage_options = storage_options
+
+    def _open(self, path, offset):
+        rb, footer = self.record_bytes, self.footer
+        if not self.compression:  # the size is known: check it up front, as TensorFlow does
+            self._check_body(path, storage.size(path, **self.storage_options) - self.header - footer)
+        with storage.open_read(path, **self.storage_options) as raw:
+            f = _decompressing(raw, self.compression)
+            pos = max(offset, self.header)
+            _skip(f, pos)
+            carry = b""
+            while True:
+                chunk = f.read(self.chunk)
+                data = carry + chunk
+                usable = len(data) - footer  # hold the footer back until the end
+                if not chunk:
+                    self._check_body(path, pos - self.header + usable)
+                n = max(usable, 0) // rb
+                if n:
+                    offs = np.arange(n, dtype=np.int64) * rb
+                    batch = RecordBatch(data, offs, np.full(n, rb, np.int64), path, 0, framed=False)
+                    pos += n * rb
+                    yield Block(LEAF, [RecordColumn.from_batch(batch)], n), pos
+                if not chunk:
+                    return
+                carry = data[n * rb :]
+
+    def _check_body(self, path: str, body: int) -> None:
+        if body < 0 or body % self.record_bytes:
+            raise DataLossError(
+                f"excluding the header ({self.header} bytes) and footer ({self.footer} bytes), "
+                f"{path} has a body of {body} bytes, which is not a multiple of the record length "
+                f"({self.record_bytes} bytes)", path, None)
+
+
+def _decompressing(f, compression: str):
+    if compression == "GZIP":
+        return gzip.GzipFile(fileobj=f, mode="rb")
+    if compression == "ZLIB":
+        return _ZlibReader(f)
+    return f
+
+
+class _ZlibReader:
+    def __init__(self, f):
+        self.f, self.d, self.buf = f, zlib.decompressobj(), b""
+
+    def read(self, n: int = -1) -> bytes:
+        while n < 0 or len(self.buf) < n:
+            chunk = self.f.read(1 << 20)
+            if not chunk:
+                self.buf += self.d.flush()
+                break
+            self.buf += self.d.decompress(chunk)
+        if n < 0:
+            out, self.buf = self.buf, b""
+        else:
+            out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+
+def _skip(f, n: int) -> None:
+    if hasattr(f, "seek") and not isinstance(f, (gzip.GzipFile, _ZlibReader)):
+        f.seek(n)
+        return
+    while n:
+        got = len(f.read(min(n, 1 << 20)))
+        if not got:
+            return
+        n -= got
+
+
+def FixedLengthRecordDataset(filenames, record_bytes: int, header_bytes: int = 0,
+                             footer_bytes: int = 0, buffer_size: int | None = None,
+                             compression_type: str | None = None, **storage_options) -> Dataset:
+    """Fixed-size records after a header and before a footer, like tf.data's reader."""
+    return _FixedLengthFiles(_names(filenames), record_bytes, header_bytes, footer_bytes,
+                             buffer_size, compression_type, storage_options)
+
+
+class _TextLineFiles(_RecordFilesDataset):
+    def __init__(self, files, compression, buffer_size, storage_options):
+        super().__init__(files)
+        self.compression = (compression or "").upper()
+        self.chunk = buffer_size or (1 << 20)
+        self.storage_options = storage_options
+
+    def _open(self, path, offset):
+        with storage.open_read(path, **self.storage_options) as raw:
+            f = _decompressing(raw, self.compression)
+            _skip(f, offset)
+            pos = offset
+            carry = b""
+            while True:
+                chunk = f.read(self.chunk)
+                data = carry + chunk
+                if not data:
+                    return
+                arr = np.frombuffer(data, dtype=np.uint8)
+                nl = np.flatnonzero(arr == 10)
+                if not chunk:  # last line without a newline
+                    nl = np.append(nl, len(data))
+                if not len(nl):
+                    carry = data
+                    continue
+                starts = np.concatenate([[0], nl[:-1] + 1]).astype(np.int64)
+                ends = nl.astype(np.int64)
+                cr = (ends > starts) & (arr[np.maximum(ends - 1, 0)] == 13)
+                lengths = ends - starts - cr
+                consumed = int(nl[-1]) + 1 if chunk else len(data)
+                batch = RecordBatch(data, starts, lengths, path, 0, framed=False)
+                pos += consumed
+                carry = data[consumed:]
+                yield Block(LEAF, [RecordColumn.from_batch(batch)], len(starts)), pos
+                if not chunk:
+                    return
+
+
+def TextLineDataset(filenames, compression_type: str | None = None, buffer_size: int | None = None,
+                    **storage_options) -> Dataset:
+    """Lines of text files (without ``\\n`` / ``\\r\\n``), as bytes, like tf.data's reader."""
+    return _TextLineFiles(_names(filenames), compression_type, buffer_size, storage_options)
+
+
+__all__ = [
+    "AUTOTUNE",
+    "FileListDataset",
+    "FixedLengthRecordDataset",
+    "RangeDataset",
+    "TFRecordDataset",
+    "TensorSlicesDataset",
+    "TextLineDataset",
+    "list_files",
+]
