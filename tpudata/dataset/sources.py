@@ -204,14 +204,19 @@ class _TFRecordFiles(_RecordFilesDataset):
 def TFRecordDataset(filenames, compression_type: str | None = None,
                     buffer_size: int | None = DEFAULT_BUFFER_SIZE,
                     num_parallel_reads: int | None = None, verify: bool = True,
-                    on_error: str = "raise", **storage_options) -> Dataset:
+                    on_error: str = "raise", compression: str | None = None,
+                    **storage_options) -> Dataset:
     """Records of TFRecord files (any fsspec URL), like ``tf.data.TFRecordDataset``.
 
-    ``filenames`` is a name, a list of names, or a Dataset of names. ``num_parallel_reads=k``
+    ``filenames`` is a name, a list of names, or a Dataset of names; ``compression_type`` (or
+    ``compression``) is None (detect), "" , "GZIP" or "ZLIB". ``num_parallel_reads=k``
     reads ``k`` files at once in background threads, interleaving their records one by one in a
     deterministic order (as tf.data does). ``on_error="skip"`` stops reading a damaged file with
     a warning instead of raising (tf.data's ``ignore_errors``).
     """
+    if compression is not None and compression_type is not None and compression != compression_type:
+        raise ValueError("give compression or compression_type (tf.data's name), not both")
+    compression_type = compression_type if compression_type is not None else compression
     opts = (compression_type, buffer_size or DEFAULT_BUFFER_SIZE, verify, on_error, storage_options)
 
     def one(name) -> Dataset:
