@@ -1,0 +1,272 @@
+"""TPUEstimator's contract in numpy: replicas, all-reduce, TPU rules, loops, checkpoints."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import pytest
+
+from tpudata import Dataset
+from tpudata import tpu
+from tpudata.errors import StaticShapeError, UnsupportedDtypeError
+from tpudata.tpu import models
+from tpudata.tpu.variables import VariableStore
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((600, 12)).astype(np.float32)
+TRUE_W = RNG.standard_normal((12, 4))
+Y = (X @ TRUE_W).argmax(axis=1).astype(np.int32)
+
+
+def train_input(params):
+    return (Dataset.from_tensor_slices(({"x": X[:480]}, Y[:480])).repeat()
+            .shuffle(480, seed=1).batch(params["batch_size"], drop_remainder=True))
+
+
+def eval_input(n=None):
+    xs, ys = X[480:480 + n] if n is not None else X[480:], Y[480:480 + n] if n is not None else Y[480:]
+
+    def fn(params):
+        return Dataset.from_tensor_slices(({"x": xs}, ys)).batch(params["batch_size"], pad_remainder=True)
+
+    return fn
+
+
+def estimator(model_fn=None, use_tpu=True, shards=8, loop=5, model_dir=None, **kw):
+    cfg = tpu.RunConfig(model_dir=model_dir, tpu_config=tpu.TPUConfig(iterations_per_loop=loop,
+                                                                      num_shards=shards))
+    kw.setdefault("train_batch_size", 64)
+    kw.setdefault("eval_batch_size", 32)
+    kw.setdefault("predict_batch_size", 32)
+    return tpu.TPUEstimator(model_fn or models.softmax_regression(4, learning_rate=0.3), cfg,
+                            use_tpu=use_tpu, **kw)
+
+
+# -- gradients ------------------------------------------------------------------------------------
+def _numeric_check(model_fn, names):
+    x = RNG.standard_normal((7, 12))
+    y = RNG.integers(0, 4, 7).astype(np.int32)
+    store = VariableStore(1, seed=3)
+    with store.replica(0):
+        spec = model_fn({"x": x}, y, tpu.ModeKeys.TRAIN, {})
+    grads = spec.train_op.gradients
+    eps = 1e-3
+    for name in names:
+        var = store.values[0][name]
+        store.values[0][name] = var.astype(np.float64)
+        flat = store.values[0][name].reshape(-1)
+        for i in RNG.choice(flat.size, min(flat.size, 12), replace=False):
+            old = flat[i]
+            flat[i] = old + eps
+            with store.replica(0):
+                up = model_fn({"x": x}, y, tpu.ModeKeys.TRAIN, {}).loss
+            flat[i] = old - eps
+            with store.replica(0):
+                down = model_fn({"x": x}, y, tpu.ModeKeys.TRAIN, {}).loss
+            flat[i] = old
+            numeric = (up - down) / (2 * eps)
+            assert abs(numeric - np.asarray(grads[name]).reshape(-1)[i]) < 1e-5 * max(1, abs(numeric))
+
+
+def test_softmax_regression_gradients_are_right():
+    _numeric_check(models.softmax_regression(4), ["softmax/W", "softmax/b"])
+
+
+def test_mlp_gradients_are_right():
+    _numeric_check(models.mlp(9, 4), ["mlp/W1", "mlp/b1", "mlp/W2", "mlp/b2"])
+
+
+# -- replication ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("optimizer", [tpu.SGD(0.3), tpu.Momentum(0.1, 0.9), tpu.Adam(0.01)],
+                         ids=["sgd", "momentum", "adam"])
+@pytest.mark.parametrize("model", ["softmax", "mlp"])
+def test_eight_replicas_equal_one_on_the_same_global_batches(optimizer, model):
+    make = (lambda: models.softmax_regression(4, optimizer=optimizer)) if model == "softmax" else (
+        lambda: models.mlp(16, 4, optimizer=optimizer))
+    a = estimator(make()).train(train_input, steps=25)
+    b = estimator(make(), use_tpu=False).train(train_input, steps=25)
+    for name in a.get_variable_names():
+        np.testing.assert_allclose(a.get_variable_value(name), b.get_variable_value(name), atol=1e-6)
+    for r in range(8):  # every replica holds the same weights
+        for name in a.get_variable_names():
+            assert np.array_equal(a.store.values[r][name], a.store.values[0][name])
+
+
+def test_sum_reduction_scales_the_update():
+    mean = estimator(models.softmax_regression(4, optimizer=tpu.CrossShardOptimizer(tpu.SGD(0.08), "sum")))
+    one = estimator(models.softmax_regression(4, learning_rate=0.64), use_tpu=False)
+    mean.train(train_input, steps=3)
+    one.train(train_input, steps=3)  # sum over 8 replicas == 8x the mean gradient
+    np.testing.assert_allclose(mean.get_variable_value("softmax/W"), one.get_variable_value("softmax/W"),
+                               atol=1e-6)
+
+
+def test_plain_optimizer_on_replicas_is_refused():
+    def model_fn(features, labels, mode, params):
+        w = tpu.get_variable("w", (12, 4), initializer=tpu.initializers.zeros)
+        return tpu.TPUEstimatorSpec(mode, loss=0.0, train_op=tpu.SGD(0.1).minimize(0.0, {"w": np.ones_like(w)}))
+
+    with pytest.raises(ValueError, match="CrossShardOptimizer must be used"):
+        estimator(model_fn).train(train_input, steps=1)
+
+
+def test_training_learns():
+    est = estimator(models.mlp(32, 4, learning_rate=0.5)).train(train_input, steps=150)
+    assert est.evaluate(eval_input())["accuracy"] > 0.9
+
+
+# -- TPU rules ------------------------------------------------------------------------------------
+def test_static_shapes_are_enforced():
+    def uneven(params):  # 22 rows: the last per-replica batch has 2
+        return Dataset.from_tensor_slices(({"x": X[:22]}, Y[:22])).batch(params["batch_size"])
+
+    est = estimator(shards=2, train_batch_size=8, loop=10)
+    with pytest.raises(StaticShapeError) as info:
+        est.train(uneven, steps=10)
+    msg = str(info.value)
+    assert "features 'x' has shape (2, 12)" in msg and "compiled for shape (4, 12)" in msg
+    assert "drop_remainder=True" in msg and "pad_remainder=True" in msg
+    ok = estimator(shards=2, train_batch_size=8, use_tpu=False)
+    ok.train(uneven, steps=10)  # no TPU rules on the CPU
+
+
+@pytest.mark.parametrize("dtype,hint", [(np.int64, "int32"), (np.float64, "float32"),
+                                        (np.uint8, "int32"), (object, "strings")])
+def test_unsupported_dtypes(dtype, hint):
+    xs = X[:64].astype(dtype) if dtype is not object else np.array([b"a"] * 64, dtype=object)
+
+    def inp(params):
+        return Dataset.from_tensor_slices(({"x": xs}, Y[:64])).batch(params["batch_size"])
+
+    with pytest.raises(UnsupportedDtypeError, match=hint) as info:
+        estimator().train(inp, steps=1)
+    assert "features 'x'" in str(info.value)
+
+
+def test_int64_labels_and_make_tpu_ready():
+    def raw(params):
+        return Dataset.from_tensor_slices(({"x": X}, Y.astype(np.int64))).batch(
+            params["batch_size"], drop_remainder=True)
+
+    with pytest.raises(UnsupportedDtypeError, match="labels has dtype int64"):
+        estimator().train(raw, steps=1)
+    ready = lambda params: raw(params).map(tpu.make_tpu_ready)  # noqa: E731
+    est = estimator().train(ready, steps=2)
+    assert est.global_step == 2
+
+
+def test_argument_errors():
+    with pytest.raises(ValueError, match="divisible by the number of replicas 8"):
+        estimator(train_batch_size=100)
+    with pytest.raises(ValueError, match="steps or max_steps"):
+        estimator().train(train_input)
+    with pytest.raises(ValueError, match="multiple of num_hosts"):
+        tpu.TPUConfig(num_shards=8, num_hosts=3)
+
+
+# -- loops, checkpoints, input deployment ---------------------------------------------------------
+def test_checkpoints_at_loop_boundaries_and_resume(memfs):
+    d = "memory://ckpt/model"
+    cfg = tpu.RunConfig(model_dir=d, save_checkpoints_steps=7, keep_checkpoint_max=2,
+                        tpu_config=tpu.TPUConfig(iterations_per_loop=5, num_shards=8))
+    est = tpu.TPUEstimator(models.softmax_regression(4), cfg, train_batch_size=64)
+    est.train(train_input, steps=23)
+    # loops end at steps 5, 10, 15, 20, 23; a multiple of 7 is passed in the loops ending at
+    # 10, 15 and 23, so those are saved (at loop boundaries only); two are kept
+    names = sorted(p.rsplit("/", 1)[-1] for p in memfs.ls("/ckpt/model", detail=False))
+    assert names == ["checkpoint", "model.ckpt-00000015.npz", "model.ckpt-00000023.npz"]
+    again = tpu.TPUEstimator(models.softmax_regression(4), cfg, train_batch_size=64)
+    again.train(train_input, max_steps=30)
+    assert again.global_step == 30
+    assert again.latest_checkpoint() == "model.ckpt-00000030.npz"
+    fresh = tpu.TPUEstimator(models.softmax_regression(4), cfg, eval_batch_size=32)
+    result = fresh.evaluate(eval_input())  # evaluates the latest checkpoint
+    assert result["global_step"] == 30
+    np.testing.assert_array_equal(fresh.get_variable_value("softmax/W"), again.get_variable_value("softmax/W"))
+    again.train(train_input, max_steps=30)  # nothing left to do
+    assert again.global_step == 30
+
+
+def test_per_host_input_and_context():
+    seen = []
+
+    def inp(params):
+        ctx = params["context"]
+        seen.append((params["batch_size"], ctx.current_host, ctx.num_hosts, ctx.num_replicas))
+        return train_input(params).shard(ctx.num_hosts, ctx.current_host)
+
+    cfg = tpu.RunConfig(tpu_config=tpu.TPUConfig(iterations_per_loop=2, num_shards=8, num_hosts=2))
+    tpu.TPUEstimator(models.softmax_regression(4), cfg, train_batch_size=64).train(inp, steps=4)
+    assert sorted(seen) == [(8, 0, 2, 8), (8, 1, 2, 8)]
+
+
+@pytest.mark.parametrize("deployment", [tpu.InputPipelineConfig.PER_HOST_V1,
+                                        tpu.InputPipelineConfig.BROADCAST])
+def test_other_deployments_give_the_same_global_batches(deployment):
+    cfg = tpu.RunConfig(tpu_config=tpu.TPUConfig(iterations_per_loop=4, num_shards=8,
+                                                 per_host_input_for_training=deployment))
+    other = tpu.TPUEstimator(models.softmax_regression(4, learning_rate=0.3), cfg,
+                             train_batch_size=64).train(train_input, steps=8)
+    v2 = estimator(loop=4).train(train_input, steps=8)
+    np.testing.assert_allclose(other.get_variable_value("softmax/W"), v2.get_variable_value("softmax/W"),
+                               atol=1e-6)
+
+
+def test_input_errors_surface_in_train():
+    def bad(params):
+        return Dataset.range(100).map(lambda i: (_ for _ in ()).throw(OSError("disk on fire")) if i == 9
+                                      else ({"x": X[0]}, Y[0])).batch(params["batch_size"])
+
+    with pytest.raises(OSError, match="disk on fire"):
+        estimator(shards=2, train_batch_size=2).train(bad, steps=50)
+
+
+# -- evaluation and prediction --------------------------------------------------------------------
+@pytest.mark.parametrize("n", [1, 3, 31, 32, 33, 100, 120])
+def test_exact_epoch_evaluation(n):
+    est = estimator().train(train_input, steps=30)
+    result = est.evaluate(eval_input(n))
+    W, b = est.get_variable_value("softmax/W"), est.get_variable_value("softmax/b")
+    direct = ((X[480:480 + n] @ W + b).argmax(axis=1) == Y[480:480 + n]).mean()
+    assert result["examples"] == n  # every real example once, padding never
+    assert result["accuracy"] == pytest.approx(direct, abs=1e-12)
+
+
+def test_evaluation_without_mask_cannot_silently_drop():
+    def no_mask(params):
+        return Dataset.from_tensor_slices(({"x": X[:40]}, Y[:40])).batch(params["batch_size"],
+                                                                        drop_remainder=True)
+
+    est = estimator().train(train_input, steps=2)
+    with pytest.raises(ValueError, match="no 'weight' mask"):
+        est.evaluate(no_mask)
+
+
+def test_predict_pads_and_slices():
+    est = estimator().train(train_input, steps=30)
+    preds = list(est.predict(lambda p: Dataset.from_tensor_slices({"x": X[:37]}).batch(p["batch_size"])))
+    W, b = est.get_variable_value("softmax/W"), est.get_variable_value("softmax/b")
+    assert len(preds) == 37
+    assert [int(p["classes"]) for p in preds] == (X[:37] @ W + b).argmax(axis=1).tolist()
+    masked = list(est.predict(lambda p: Dataset.from_tensor_slices({"x": X[:37]}).batch(
+        p["batch_size"], pad_remainder=True)))
+    assert len(masked) == 37
+
+
+# -- infeed report --------------------------------------------------------------------------------
+def test_infeed_report_tells_input_bound_from_compute_bound(caplog):
+    def slow(params):
+        return train_input(params).map(lambda f, y: (time.sleep(0.004), (f, y))[1])
+
+    with caplog.at_level(logging.INFO, logger="tpudata.tpu"):
+        est = estimator(shards=2, train_batch_size=8, loop=4).train(slow, steps=8)
+    assert est.last_train_report.input_bound_percent > 50
+    assert "input-bound" in caplog.text
+    cfg = tpu.RunConfig(tpu_config=tpu.TPUConfig(iterations_per_loop=4, num_shards=2,
+                                                 simulated_step_seconds=0.02))
+    fast = tpu.TPUEstimator(models.softmax_regression(4), cfg, train_batch_size=8).train(train_input, steps=8)
+    report = fast.last_train_report
+    assert report.input_bound_percent < 20 and report.steps == 8
+    assert report.records == 64 and report.records_per_second > 0 and report.mb_per_second > 0

@@ -1,0 +1,86 @@
+"""RunConfig / TPUConfig and the context input_fn receives, as in TPUEstimator.
+
+>>> cfg = RunConfig(model_dir="memory://m", tpu_config=TPUConfig(iterations_per_loop=10, num_shards=8))
+>>> cfg.tpu_config.replicas_per_host
+8
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class InputPipelineConfig:
+    """How input_fn is deployed (tf.estimator.tpu.InputPipelineConfig)."""
+
+    PER_SHARD_V1 = 1
+    PER_HOST_V1 = 2  # input_fn once per host with the host's batch, split across its replicas
+    PER_HOST_V2 = 3  # input_fn once per host with the per-replica batch, one batch per replica
+    BROADCAST = 4  # input_fn once with the global batch, split across all replicas
+
+
+@dataclass(frozen=True)
+class TPUConfig:
+    """``iterations_per_loop`` steps run on the "device" before the host regains control.
+
+    ``simulated_step_seconds`` adds that much device time to every step (to model a real
+    accelerator's step time in infeed benchmarks); 0 runs the numpy model only.
+    """
+
+    iterations_per_loop: int = 2
+    num_shards: int = 8
+    per_host_input_for_training: int = InputPipelineConfig.PER_HOST_V2
+    num_hosts: int = 1
+    simulated_step_seconds: float = 0.0
+    infeed_queue_loops: int = 2
+
+    def __post_init__(self):
+        for name in ("iterations_per_loop", "num_shards", "num_hosts", "infeed_queue_loops"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"TPUConfig.{name} must be >= 1, not {getattr(self, name)}")
+        if self.num_shards % self.num_hosts:
+            raise ValueError(f"num_shards={self.num_shards} must be a multiple of "
+                             f"num_hosts={self.num_hosts}")
+        if self.per_host_input_for_training not in (InputPipelineConfig.PER_HOST_V1,
+                                                    InputPipelineConfig.PER_HOST_V2,
+                                                    InputPipelineConfig.BROADCAST):
+            raise ValueError("per_host_input_for_training must be PER_HOST_V1, PER_HOST_V2 or "
+                             "BROADCAST")
+        if self.simulated_step_seconds < 0:
+            raise ValueError("simulated_step_seconds must be >= 0")
+
+    @property
+    def replicas_per_host(self) -> int:
+        return self.num_shards // self.num_hosts
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Where checkpoints go (any fsspec URL), how often, and the TPU layout."""
+
+    model_dir: str | None = None
+    save_checkpoints_steps: int | None = None
+    keep_checkpoint_max: int = 5
+    tpu_config: TPUConfig = field(default_factory=TPUConfig)
+    tf_random_seed: int = 0
+    log_step_count_steps: int | None = None
+
+    def __post_init__(self):
+        if self.save_checkpoints_steps is not None and self.save_checkpoints_steps < 1:
+            raise ValueError("save_checkpoints_steps must be >= 1")
+        if self.keep_checkpoint_max < 1:
+            raise ValueError("keep_checkpoint_max must be >= 1")
+
+
+@dataclass(frozen=True)
+class TPUContext:
+    """``params["context"]`` for input_fn: the replica layout and which host is asking."""
+
+    num_replicas: int
+    num_hosts: int
+    current_host: int
+    mode: str
+
+    @property
+    def replicas_per_host(self) -> int:
+        return self.num_replicas // self.num_hosts
