@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import textwrap
 import time
@@ -97,21 +96,9 @@ TF_SCRIPT = textwrap.dedent("""
 
 
 def run_tf(pattern: str, workload: str, repeat: int) -> dict | None:
-    import importlib.util
-
-    if importlib.util.find_spec("tensorflow") is None:
-        return None
-    env = dict(os.environ)
-    if _accel._allocator_state:
-        env.update(MALLOC_MMAP_THRESHOLD_=str(16 << 20), MALLOC_TRIM_THRESHOLD_=str(128 << 20))
-    proc = subprocess.run(
-        [sys.executable, "-c", TF_SCRIPT, pattern, str(bench_read.WORKLOADS[workload]["batch"]),
-         str(repeat), json.dumps(bench_read.WORKLOADS[workload]["spec"])],
-        capture_output=True, text=True, check=False, env=env)
-    if proc.returncode:
-        print(proc.stderr[-2000:], file=sys.stderr)
-        return None
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return bench_read.run_tf_script(TF_SCRIPT, [
+        pattern, str(bench_read.WORKLOADS[workload]["batch"]), str(repeat),
+        json.dumps(bench_read.WORKLOADS[workload]["spec"])])
 
 
 def main(argv=None) -> int:

@@ -102,26 +102,27 @@ TF_SCRIPT = textwrap.dedent("""
 """)
 
 
-def run_tf(path: str, workload: str, repeat: int) -> dict | None:
-    try:
-        import importlib.util
+def run_tf_script(script: str, args: list[str]) -> dict | None:
+    """Run a TensorFlow benchmark script in a subprocess (None when TF is not installed), with
+    the same glibc malloc settings tpudata runs with; returns its last line as JSON."""
+    import importlib.util
 
-        if importlib.util.find_spec("tensorflow") is None:
-            return None
-    except ValueError:
+    if importlib.util.find_spec("tensorflow") is None:
         return None
-    spec = json.dumps(WORKLOADS[workload]["spec"])
     env = dict(os.environ)
-    if _accel._allocator_state:  # the same glibc malloc settings tpudata runs with
+    if _accel._allocator_state:
         env.update(MALLOC_MMAP_THRESHOLD_=str(16 << 20), MALLOC_TRIM_THRESHOLD_=str(128 << 20))
-    proc = subprocess.run(
-        [sys.executable, "-c", TF_SCRIPT, path, str(WORKLOADS[workload]["batch"]), str(repeat), spec],
-        capture_output=True, text=True, check=False, env=env,
-    )
+    proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
+                          check=False, env=env)
     if proc.returncode:
         print(proc.stderr[-2000:], file=sys.stderr)
         return None
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_tf(path: str, workload: str, repeat: int) -> dict | None:
+    spec = json.dumps(WORKLOADS[workload]["spec"])
+    return run_tf_script(TF_SCRIPT, [path, str(WORKLOADS[workload]["batch"]), str(repeat), spec])
 
 
 def main(argv=None) -> int:

@@ -24,7 +24,7 @@ class TensorSpec:
 
     def __repr__(self) -> str:
         dt = "bytes" if self.dtype == object else str(self.dtype)
-        return f"TensorSpec(shape={self.shape}, dtype={dt})"
+        return f"{type(self).__name__}(shape={self.shape}, dtype={dt})"
 
     def is_compatible_with(self, value) -> bool:
         arr = np.asarray(value)
@@ -33,16 +33,9 @@ class TensorSpec:
         return all(s is None or s == d for s, d in zip(self.shape, arr.shape))
 
 
-@dataclass(frozen=True)
-class VarLenSpec:
+@dataclass(frozen=True, repr=False)
+class VarLenSpec(TensorSpec):
     """A VarLenFeature: ragged values (``tf.SparseTensorSpec``); ``shape`` has None for rows."""
-
-    shape: tuple
-    dtype: np.dtype
-
-    def __repr__(self) -> str:
-        dt = "bytes" if self.dtype == object else str(self.dtype)
-        return f"VarLenSpec(shape={self.shape}, dtype={dt})"
 
 
 BYTES = np.dtype(object)
