@@ -1,5 +1,6 @@
 """Static element specs (``Dataset.element_spec``): shapes and dtypes, as tf.TensorSpec.
 
+>>> from tpudata.dataset import Dataset
 >>> Dataset.range(10).batch(4, drop_remainder=True).element_spec
 TensorSpec(shape=(4,), dtype=int64)
 """
