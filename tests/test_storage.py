@@ -75,6 +75,13 @@ class StorageSuite:
         assert list(tpudata.read_records(url, buffer_size=4096)) == records
         assert list(tpudata.read_records(url, compression=compression)) == records
 
+    def test_move(self, root):
+        with storage.open_atomic(storage.join(root, "m1")) as f:
+            f.write(b"moved")
+        storage.move(storage.join(root, "m1"), storage.join(root, "m2"))
+        assert storage.read_bytes(storage.join(root, "m2")) == b"moved"
+        assert not storage.exists(storage.join(root, "m1"))
+
     def test_open_read_seek_and_readinto(self, root):
         url = storage.join(root, "s.bin")
         with storage.open_atomic(url) as f:
@@ -92,13 +99,23 @@ class TestLocalPaths(StorageSuite):
         return str(tmp_path)
 
     def test_no_temporaries_left_and_cleanup(self, root):
-        url = os.path.join(root, "x.bin")
-        w = storage.open_atomic(url)
-        w.write(b"1")
-        leftovers = [n for n in os.listdir(root) if storage.TEMP_MARKER in n]
-        assert len(leftovers) == 1  # what a crash would leave behind
-        assert storage.cleanup_temporaries(root) == [os.path.join(root, leftovers[0])]
+        mine = storage.open_atomic(os.path.join(root, "train-00000"))
+        other = storage.open_atomic(os.path.join(root, "val-00000"))
+        mine.write(b"1")
+        leftovers = sorted(n for n in os.listdir(root) if storage.TEMP_MARKER in n)
+        assert len(leftovers) == 2  # what a crash would leave behind
+        assert storage.cleanup_temporaries(root, prefix="train") == [
+            os.path.join(root, leftovers[0])]  # another writer's temporary is left alone
+        assert storage.cleanup_temporaries(root) == [os.path.join(root, leftovers[1])]
         assert os.listdir(root) == []
+        other.abort()
+
+    def test_fsync_and_move(self, root):
+        with storage.open_atomic(os.path.join(root, "a"), fsync=True) as f:
+            f.write(b"durable")
+        storage.move(os.path.join(root, "a"), os.path.join(root, "b"))
+        assert storage.read_bytes(os.path.join(root, "b")) == b"durable"
+        assert not storage.exists(os.path.join(root, "a"))
 
 
 class TestFileUrls(StorageSuite):

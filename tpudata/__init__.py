@@ -39,6 +39,16 @@ from tpudata.example import (
     parse_examples,
     parse_single_example,
 )
+from tpudata.shards import (
+    BuildResult,
+    Manifest,
+    ShardInfo,
+    build_shards,
+    read_manifest,
+    shard_name,
+    verify_manifest,
+    write_shards,
+)
 from tpudata.tfrecord import (
     IndexedTFRecordFile,
     RecordBatch,
@@ -57,6 +67,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AUTOTUNE",
+    "BuildResult",
     "CorruptRecordError",
     "DataLossError",
     "Dataset",
@@ -64,7 +75,9 @@ __all__ = [
     "FixedLengthRecordDataset",
     "IndexedTFRecordFile",
     "InvalidExampleError",
+    "Manifest",
     "RecordBatch",
+    "ShardInfo",
     "SpecError",
     "StaticShapeError",
     "StorageError",
@@ -80,6 +93,7 @@ __all__ = [
     "VarLenSpec",
     "VarLenValues",
     "build_index",
+    "build_shards",
     "decode_example",
     "decode_sequence_example",
     "encode_example",
@@ -88,9 +102,13 @@ __all__ = [
     "parse_examples",
     "parse_single_example",
     "read_index",
+    "read_manifest",
     "read_record_at",
     "read_record_batches",
     "read_records",
+    "shard_name",
+    "verify_manifest",
     "write_index",
     "write_records",
+    "write_shards",
 ]

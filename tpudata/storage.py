@@ -116,20 +116,39 @@ def open_read(url: str, buffer_size: int = DEFAULT_BUFFER_SIZE, **storage_option
         raise StorageError(f"cannot open {url!r} for reading: {exc}") from exc
 
 
+def _fresh(url: str, storage_options):
+    """``(fs, path)`` with fsspec's listing cache for ``path`` dropped (objects change under us)."""
+    fs, path = url_to_fs(url, **storage_options)
+    invalidate = getattr(fs, "invalidate_cache", None)
+    if invalidate is not None:
+        invalidate(path)
+    return fs, path
+
+
 def size(url: str, **storage_options) -> int:
-    """Size of the object at ``url`` in bytes."""
+    """Size of the object at ``url`` in bytes (asked afresh, not from a cached listing)."""
     if is_local(url):
         return os.path.getsize(local_path(url))
-    fs, path = url_to_fs(url, **storage_options)
+    fs, path = _fresh(url, storage_options)
     return int(fs.size(path))
 
 
 def exists(url: str, **storage_options) -> bool:
-    """Whether ``url`` names an existing file or object."""
+    """Whether ``url`` names an existing file or object (asked afresh)."""
     if is_local(url):
         return os.path.exists(local_path(url))
-    fs, path = url_to_fs(url, **storage_options)
+    fs, path = _fresh(url, storage_options)
     return bool(fs.exists(path))
+
+
+def move(src: str, dst: str, **storage_options) -> None:
+    """Rename ``src`` to ``dst`` (atomic for local files on one filesystem)."""
+    if is_local(src) and is_local(dst):
+        os.replace(local_path(src), local_path(dst))
+        return
+    fs, src_path = url_to_fs(src, **storage_options)
+    _, dst_path = url_to_fs(dst, **storage_options)
+    fs.mv(src_path, dst_path)
 
 
 def remove(url: str, missing_ok: bool = True, **storage_options) -> None:
@@ -200,11 +219,13 @@ class AtomicWriter:
     """A binary file that appears under its final name only when :meth:`close` succeeds.
 
     Use as a context manager: leaving the block with an exception calls :meth:`abort`, which
-    discards everything written (and the temporary file, for local paths).
+    discards everything written (and the temporary file, for local paths). ``fsync=True`` makes
+    a local file durable before it is renamed into place.
     """
 
-    def __init__(self, url: str, **storage_options):
+    def __init__(self, url: str, fsync: bool = False, **storage_options):
         self.url = url
+        self.fsync = fsync
         self._tmp: str | None = None
         self._commit_after_close = False
         self.closed = False
@@ -244,6 +265,9 @@ class AtomicWriter:
         self.closed = True
         try:
             if self._tmp is not None:
+                if self.fsync:  # durable before it is visible: no empty file after a power cut
+                    self._f.flush()
+                    os.fsync(self._f.fileno())
                 self._f.close()
                 os.replace(self._tmp, self._final)
                 self._tmp = None
@@ -297,13 +321,17 @@ class AtomicWriter:
             self.abort()
 
 
-def open_atomic(url: str, **storage_options) -> AtomicWriter:
+def open_atomic(url: str, fsync: bool = False, **storage_options) -> AtomicWriter:
     """Open ``url`` for writing so that it only ever appears complete (see :class:`AtomicWriter`)."""
-    return AtomicWriter(url, **storage_options)
+    return AtomicWriter(url, fsync=fsync, **storage_options)
 
 
-def cleanup_temporaries(directory: str, **storage_options) -> list[str]:
-    """Remove temporary files left in a local ``directory`` by interrupted atomic writes."""
+def cleanup_temporaries(directory: str, prefix: str = "", **storage_options) -> list[str]:
+    """Remove temporary files left in a local ``directory`` by interrupted atomic writes.
+
+    With ``prefix``, only temporaries of files whose names start with it (so a build does not
+    remove the temporaries of another writer working in the same directory).
+    """
     if not is_local(directory):
         return []
     removed = []
@@ -311,7 +339,7 @@ def cleanup_temporaries(directory: str, **storage_options) -> list[str]:
     if not os.path.isdir(path):
         return []
     for name in os.listdir(path):
-        if name.startswith(".") and TEMP_MARKER in name:
+        if name.startswith("." + prefix) and TEMP_MARKER in name:
             os.remove(os.path.join(path, name))
             removed.append(os.path.join(path, name))
     if removed:

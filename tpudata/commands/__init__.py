@@ -1,5 +1,5 @@
 """Subcommands of the ``tpudata`` CLI; each module exposes ``register(subparsers)``."""
 
-from tpudata.commands import records
+from tpudata.commands import convert, records
 
-COMMAND_MODULES = [records]
+COMMAND_MODULES = [records, convert]

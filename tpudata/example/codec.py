@@ -24,8 +24,18 @@ from tpudata.example.spec import KIND_BYTES, KIND_FLOAT, KIND_INT64, KIND_NONE  
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
-def _bytes_list(values: Sequence, name: str) -> bytes:
-    parts = []
+# Messages are built as lists of parts plus their total size and joined once at the end, so
+# a large bytes value (an encoded image) is copied a single time.
+_TAG = {f: wire.tag(f, wire.WT_LEN) for f in (1, 2, 3)}
+
+
+def _wrap(field: int, parts: list, size: int) -> tuple[list, int]:
+    head = _TAG[field] + wire.encode_varint(size)
+    return [head, *parts], size + len(head)
+
+
+def _bytes_list(values: Sequence, name: str) -> tuple[list, int]:
+    parts, size = [], 0
     for v in values:
         if isinstance(v, str):
             v = v.encode("utf-8")
@@ -33,18 +43,27 @@ def _bytes_list(values: Sequence, name: str) -> bytes:
             v = bytes(v)
         elif not isinstance(v, bytes):
             raise SpecError(f"feature {name!r}: cannot mix {type(v).__name__} into a bytes list")
-        parts.append(wire.len_field(1, v))
-    return wire.len_field(KIND_BYTES, b"".join(parts))
+        head = _TAG[1] + wire.encode_varint(len(v))
+        parts += (head, v)
+        size += len(head) + len(v)
+    return _wrap(KIND_BYTES, parts, size)
 
 
-def _float_list(values: np.ndarray) -> bytes:
-    data = np.ascontiguousarray(values, dtype="<f4").tobytes()
-    return wire.len_field(KIND_FLOAT, wire.len_field(1, data) if data else b"")
+def _packed(kind: int, data: bytes) -> tuple[list, int]:
+    if not data:
+        return _wrap(kind, [], 0)
+    inner, n = _wrap(1, [data], len(data))
+    return _wrap(kind, inner, n)
 
 
-def _int64_list(values: np.ndarray) -> bytes:
-    data = wire.encode_varints(values)
-    return wire.len_field(KIND_INT64, wire.len_field(1, data) if data else b"")
+def _float_list(values: np.ndarray) -> tuple[list, int]:
+    return _packed(KIND_FLOAT, np.ascontiguousarray(values, dtype="<f4").tobytes())
+
+
+def _int64_list(values) -> tuple[list, int]:
+    if isinstance(values, int):
+        return _packed(KIND_INT64, wire.encode_varint(values))
+    return _packed(KIND_INT64, wire.encode_varints(values))
 
 
 def _ints(values, name: str) -> np.ndarray:
@@ -60,17 +79,20 @@ def _ints(values, name: str) -> np.ndarray:
         raise SpecError(f"feature {name!r}: value out of int64 range") from None
 
 
-def encode_feature(value: Any, name: str = "?") -> bytes:
-    """The serialized ``tf.train.Feature`` for a Python/numpy value (see module doc).
+def _scalar_int(value, name: str) -> int:
+    v = int(value)
+    if not _INT64_MIN <= v <= _INT64_MAX:
+        raise SpecError(f"feature {name!r}: value out of int64 range")
+    return v
 
-    ``None`` gives a Feature with no list set.
-    """
+
+def _feature_parts(value: Any, name: str) -> tuple[list, int]:
     if value is None:
-        return b""
+        return [], 0
     if isinstance(value, (bytes, bytearray, memoryview, str, np.bytes_, np.str_)):
         return _bytes_list([value], name)
     if isinstance(value, (bool, np.bool_, int, np.integer)):
-        return _int64_list(_ints([int(value)], name))
+        return _int64_list(_scalar_int(value, name))
     if isinstance(value, (float, np.floating)):
         return _float_list(np.array([value], dtype=np.float32))
     if isinstance(value, np.ndarray):
@@ -99,21 +121,38 @@ def encode_feature(value: Any, name: str = "?") -> bytes:
     raise SpecError(f"feature {name!r}: cannot store a {type(value).__name__} in an Example")
 
 
-def encode_features(features: Mapping[str, Any]) -> bytes:
-    """The serialized ``tf.train.Features`` body (map entries) for a mapping of values."""
-    parts = []
+def encode_feature(value: Any, name: str = "?") -> bytes:
+    """The serialized ``tf.train.Feature`` for a Python/numpy value (see module doc).
+
+    ``None`` gives a Feature with no list set.
+    """
+    return b"".join(_feature_parts(value, name)[0])
+
+
+def _features_parts(features: Mapping[str, Any]) -> tuple[list, int]:
+    parts, size = [], 0
     for name, value in features.items():
         if not isinstance(name, str):
             raise SpecError(f"feature names must be str, not {name!r}")
-        entry = wire.len_field(1, name.encode("utf-8")) + wire.len_field(2, encode_feature(value, name))
-        parts.append(wire.len_field(1, entry))
-    return b"".join(parts)
+        key = name.encode("utf-8")
+        key_parts, key_size = _wrap(1, [key], len(key))
+        val_parts, val_size = _wrap(2, *_feature_parts(value, name))
+        entry, entry_size = _wrap(1, key_parts + val_parts, key_size + val_size)
+        parts += entry
+        size += entry_size
+    return parts, size
+
+
+def encode_features(features: Mapping[str, Any]) -> bytes:
+    """The serialized ``tf.train.Features`` body (map entries) for a mapping of values."""
+    return b"".join(_features_parts(features)[0])
 
 
 def encode_example(features: Mapping[str, Any]) -> bytes:
     """Serialize a mapping of feature name -> value as a ``tf.train.Example``."""
-    body = encode_features(features)
-    return wire.len_field(1, body) if features else b""
+    if not features:
+        return b""
+    return b"".join(_wrap(1, *_features_parts(features))[0])
 
 
 def _invalid(what: str, exc: wire.Malformed) -> InvalidExampleError:

@@ -1,0 +1,60 @@
+"""Executors for sharded builds: in-process, a local process pool, or any ``Executor`` you pass.
+
+Shard tasks are plain picklable objects run by :func:`tpudata.shards.writing.run_shard_task`,
+so any :class:`concurrent.futures.Executor` can run them: the default process pool, a thread
+pool, or a dask.distributed cluster through ``Client(...).get_executor()``.
+
+>>> ex = InlineExecutor()
+>>> ex.submit(pow, 2, 10).result()
+1024
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+
+logger = logging.getLogger(__name__)
+
+
+class InlineExecutor(Executor):
+    """Runs each task in the calling thread when it is submitted (a one-worker build)."""
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        future: Future = Future()
+        future.set_running_or_notify_cancel()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except Exception as exc:
+            future.set_exception(exc)
+        return future
+
+
+def default_workers() -> int:
+    """The number of cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def make_executor(workers: int | None, tasks: int) -> tuple[Executor, int]:
+    """``(executor, max tasks in flight)`` for ``workers`` processes (default: one per core).
+
+    One worker (or one task) runs in-process. More use a process pool started with ``spawn``
+    (no fork of a process that may hold gcsfs's event-loop thread or a progress-bar thread).
+    """
+    workers = default_workers() if workers is None else int(workers)
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, not {workers}")
+    workers = min(workers, max(tasks, 1))
+    if workers == 1:
+        return InlineExecutor(), 1
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    logger.debug("started a pool of %d worker processes", workers)
+    return pool, 2 * workers
+
+
+__all__ = ["InlineExecutor", "default_workers", "make_executor"]

@@ -1,0 +1,250 @@
+"""Writing one shard: serialized records -> a TFRecord file, atomically, with its size and CRC32C.
+
+:func:`write_shard` frames records a few MB at a time (one C call per chunk), checksums the
+file bytes as they stream out, and publishes the file under its final name only when it is
+complete. :func:`run_shard_task` is what an executor runs for one shard of a parallel build: it
+keeps a shard from a previous run when that shard is still valid, and otherwise encodes the
+shard's items and writes it.
+
+>>> info = write_shard("memory://doc/shards/s-00000-of-00001", [b"a", b"bc"])
+>>> (info.name, info.records, info.bytes)
+('s-00000-of-00001', 2, 35)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from tpudata import storage
+from tpudata.shards.manifest import ShardInfo, file_crc32c
+from tpudata.tfrecord.framing import crc32c, frame
+from tpudata.tfrecord.writer import TFRecordWriter
+
+logger = logging.getLogger(__name__)
+
+_CHUNK_BYTES = 4 << 20
+_CHUNK_RECORDS = 4096
+
+
+class ChecksumSink:
+    """A file-like wrapper that keeps the CRC32C and length of everything written through it."""
+
+    def __init__(self, sink):
+        self._sink = sink
+        self.crc = 0
+        self.bytes = 0
+
+    def write(self, data) -> int:
+        self.crc = crc32c(data, self.crc)
+        self.bytes += memoryview(data).nbytes
+        self._sink.write(data)
+        return len(data)
+
+    def flush(self) -> None:
+        flush = getattr(self._sink, "flush", None)
+        if flush is not None:
+            flush()
+
+
+def _as_record(record):
+    if isinstance(record, (bytes, bytearray)):
+        return record
+    if isinstance(record, str):
+        return record.encode("utf-8")
+    try:
+        return memoryview(record).cast("B")
+    except TypeError:
+        raise TypeError(
+            f"a shard record must be bytes-like (a serialized Example), not {type(record).__name__}"
+        ) from None
+
+
+def write_records_to(sink, records: Iterable, compression: str | None = None) -> int:
+    """Frame ``records`` into the open binary file ``sink`` (not closed); returns the count."""
+    writer = TFRecordWriter(sink, compression)
+    n = 0
+    chunk: list = []
+    size = 0
+    for record in records:
+        record = _as_record(record)
+        chunk.append(record)
+        size += len(record)
+        if size >= _CHUNK_BYTES or len(chunk) >= _CHUNK_RECORDS:
+            writer.write_framed(frame(chunk))
+            n += len(chunk)
+            chunk = []
+            size = 0
+    if chunk:
+        writer.write_framed(frame(chunk))
+        n += len(chunk)
+    writer.close()
+    return n
+
+
+def write_shard(
+    url: str,
+    records: Iterable,
+    compression: str | None = None,
+    fingerprint: str | None = None,
+    **storage_options,
+) -> ShardInfo:
+    """Write ``records`` to ``url`` as one TFRecord file that appears only when complete.
+
+    An exception while writing (or while producing ``records``) leaves nothing under ``url``.
+    """
+    atomic = storage.open_atomic(url, **storage_options)
+    sink = ChecksumSink(atomic)
+    try:
+        n = write_records_to(sink, records, compression)
+        atomic.close()
+    except BaseException:
+        atomic.abort()
+        raise
+    return ShardInfo(os.path.basename(url.rstrip("/")), n, sink.bytes, sink.crc, fingerprint)
+
+
+def write_shard_bytes(url: str, data: bytes, info: ShardInfo, **storage_options) -> ShardInfo:
+    """Publish already-built shard ``data`` (whose :class:`ShardInfo` is known) at ``url``."""
+    with storage.open_atomic(url, **storage_options) as f:
+        f.write(data)
+    return info
+
+
+def existing_shard_is_valid(url: str, expected: ShardInfo, verify: bool = True, **storage_options) -> bool:
+    """Whether ``url`` holds exactly the shard ``expected`` describes (size, and CRC32C if asked).
+
+    Object stores are asked afresh (no cached listing) and their stored CRC32C is used when they
+    keep one; local files are re-read.
+    """
+    try:
+        if storage.is_local(url):
+            size = os.path.getsize(storage.local_path(url))
+        else:
+            fs, path = storage.url_to_fs(url, **storage_options)
+            fs.invalidate_cache(path)
+            size = int(fs.info(path)["size"])
+        if size != expected.bytes:
+            logger.info("%s: %d bytes, not %d as recorded; rebuilding", url, size, expected.bytes)
+            return False
+        if verify:
+            size, crc = file_crc32c(url, **storage_options)
+            if size != expected.bytes or crc != expected.crc32c:
+                logger.warning("%s: CRC32C %08x differs from the recorded %08x; rebuilding",
+                               url, crc, expected.crc32c)
+                return False
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _add_note(exc: BaseException, note: str) -> None:
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+
+
+def _encode_items(items: Sequence, encoder: Callable, name: str) -> Iterator:
+    for i, item in enumerate(items):
+        try:
+            record = encoder(item)
+        except Exception as exc:
+            _add_note(exc, f"while encoding item {i} of shard {name}: {item!r:.300}")
+            raise
+        yield record
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """One shard of a parallel build: where it goes and what goes in it (picklable)."""
+
+    url: str
+    items: Sequence
+    encoder: Callable[[Any], bytes]
+    compression: str | None = None
+    fingerprint: str | None = None
+    expected: ShardInfo | None = None  # a previous run's record of this shard, if any
+    verify_existing: bool = True
+    storage_options: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.url.rstrip("/"))
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """What :func:`run_shard_task` did: the shard's info, whether it was kept, how long it took."""
+
+    info: ShardInfo
+    skipped: bool
+    seconds: float
+
+
+def run_shard_task(task: ShardTask) -> ShardResult:
+    """Build one shard (in whatever process the executor runs this)."""
+    t0 = time.perf_counter()
+    so = task.storage_options
+    if task.expected is not None and existing_shard_is_valid(
+        task.url, task.expected, task.verify_existing, **so
+    ):
+        return ShardResult(task.expected, True, time.perf_counter() - t0)
+    records = _encode_items(task.items, task.encoder, task.name)
+    info = write_shard(task.url, records, task.compression, task.fingerprint, **so)
+    if info.records != len(task.items):  # pragma: no cover - encoders return one record per item
+        raise RuntimeError(f"{task.url}: wrote {info.records} records for {len(task.items)} items")
+    return ShardResult(info, False, time.perf_counter() - t0)
+
+
+def cleanup_shard_temporaries(output: str, prefix: str) -> list[str]:
+    """Remove leftovers of interrupted writes of ``prefix``'s shards and manifests in ``output``.
+
+    Only names that belong to this prefix are touched, so builds of other prefixes running in the
+    same directory keep their temporaries. Object stores keep no temporaries (an unfinished
+    upload never becomes an object), so there is nothing to do for them.
+    """
+    if not storage.is_local(output):
+        return []
+    directory = storage.local_path(output)
+    if not os.path.isdir(directory):
+        return []
+    removed = []
+    for name in os.listdir(directory):
+        bare = name.lstrip(".")
+        if not name.startswith(".") or storage.TEMP_MARKER not in name:
+            continue
+        if bare.startswith(prefix + "-") or bare.startswith(prefix + ".manifest"):
+            try:
+                os.remove(os.path.join(directory, name))
+                removed.append(os.path.join(directory, name))
+            except FileNotFoundError:  # pragma: no cover - raced with another cleanup
+                pass
+    if removed:
+        logger.info("removed %d temporary file(s) of %r from %s", len(removed), prefix, output)
+    return removed
+
+
+def move(src: str, dst: str, **storage_options) -> None:
+    """Rename ``src`` to ``dst`` (local: atomic ``os.replace``; object stores: copy + delete)."""
+    if storage.is_local(src):
+        os.replace(storage.local_path(src), storage.local_path(dst))
+        return
+    fs, src_path = storage.url_to_fs(src, **storage_options)
+    _, dst_path = storage.url_to_fs(dst, **storage_options)
+    fs.mv(src_path, dst_path)
+
+
+__all__ = [
+    "ChecksumSink",
+    "ShardResult",
+    "ShardTask",
+    "cleanup_shard_temporaries",
+    "existing_shard_is_valid",
+    "move",
+    "run_shard_task",
+    "write_records_to",
+    "write_shard",
+    "write_shard_bytes",
+]
