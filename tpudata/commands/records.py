@@ -39,6 +39,8 @@ def register(sub) -> None:
     p = sub.add_parser("count", help="count records per file and in total")
     _common(p)
     p.add_argument("--no-verify", action="store_true", help="do not check CRCs (faster)")
+    p.add_argument("--manifest", action="store_true",
+                   help="take the counts from the shards' manifests when they match (no scan)")
     p.set_defaults(func=cmd_count)
 
     p = sub.add_parser("verify", help="check every record's CRCs")
@@ -64,6 +66,17 @@ def register(sub) -> None:
 def cmd_count(args) -> int:
     files = _files(args)
     total = 0
+    if args.manifest:
+        from tpudata.shards.manifest import record_counts
+
+        counts = record_counts(files)
+        if counts is not None:
+            for path, n in zip(files, counts):
+                print(f"{n}\t{path}")
+            if len(files) > 1:
+                print(f"{sum(counts)}\ttotal ({len(files)} files, from manifests)")
+            return 0
+        print("no matching manifest for every file: scanning", file=sys.stderr)
     for path in _progress(files, "count"):
         reader = TFRecordFileReader(path, args.compression, verify=not args.no_verify)
         try:

@@ -13,7 +13,7 @@ import zlib
 import numpy as np
 
 from tpudata import storage
-from tpudata.dataset.base import BlockIterator, Dataset
+from tpudata.dataset.base import UNKNOWN, BlockIterator, Dataset
 from tpudata.dataset.block import Block, RecordColumn
 from tpudata.dataset.nest import LEAF, flatten
 from tpudata.errors import DataLossError
@@ -191,6 +191,17 @@ class _TFRecordFiles(_RecordFilesDataset):
         super().__init__(files)
         self.options = dict(compression=compression, verify=verify, buffer_size=buffer_size,
                             on_error=on_error, **storage_options)
+        self.storage_options = storage_options
+        self._count: int | None = None
+
+    def cardinality(self) -> int:
+        """Exact, from the shards' manifests (written by tpudata.shards); else UNKNOWN."""
+        if self._count is None:
+            from tpudata.shards.manifest import record_counts
+
+            counts = record_counts(self.files, **self.storage_options)
+            self._count = UNKNOWN if counts is None else sum(counts)
+        return self._count
 
     def _open(self, path, offset):
         reader = TFRecordFileReader(path, start_offset=offset, **self.options)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -152,6 +153,39 @@ def try_read_manifest(url: str, **storage_options) -> Manifest | None:
     except (ValueError, KeyError, TypeError) as exc:
         logger.warning("ignoring unreadable manifest %s: %s", url, exc)
         return None
+
+
+_SHARD_RE = re.compile(r"^(?P<prefix>.+)-\d{5,}-of-\d{5,}$")
+
+
+def record_counts(files: list[str], check_sizes: bool = True, **storage_options) -> list[int] | None:
+    """Exact record counts of shard files from the manifests next to them, without scanning.
+
+    Each file must be named ``{prefix}-NNNNN-of-NNNNN`` and listed in ``{prefix}.manifest.json``
+    in its directory, with the file's current size (``check_sizes``); otherwise None.
+    """
+    manifests: dict[str, dict | None] = {}
+    counts = []
+    for url in files:
+        base = url.rstrip("/").rsplit("/", 1)
+        directory, name = (base[0], base[1]) if len(base) == 2 else ("", base[0])
+        m = _SHARD_RE.match(name)
+        if m is None:
+            return None
+        key = storage.join(directory, manifest_name(m.group("prefix"))) if directory else \
+            manifest_name(m.group("prefix"))
+        if key not in manifests:
+            manifest = try_read_manifest(key, **storage_options)
+            manifests[key] = None if manifest is None else {s.name: s for s in manifest.shards}
+        shards = manifests[key]
+        info = None if shards is None else shards.get(name)
+        if info is None:
+            return None
+        if check_sizes and storage.size(url, **storage_options) != info.bytes:
+            logger.warning("%s does not match its manifest %s (size); counting needs a scan", url, key)
+            return None
+        counts.append(info.records)
+    return counts
 
 
 def file_crc32c(url: str, use_metadata: bool = True, **storage_options) -> tuple[int, int]:
