@@ -434,3 +434,32 @@ def test_index_detects_damage(tmp_path):
     bad.write_text("0 20\nnot numbers\n")
     with pytest.raises(ValueError, match="bad.idx:2"):
         tpudata.read_index(str(bad))
+
+
+def test_transient_error_classification():
+    import aiohttp
+
+    from tpudata.tfrecord.reader import is_transient
+
+    def wrapped(outer, inner):
+        try:
+            try:
+                raise inner
+            except Exception as exc:
+                raise outer from exc
+        except Exception as exc:
+            return exc
+
+    assert is_transient(ConnectionResetError())
+    assert is_transient(TimeoutError())
+    assert not is_transient(FileNotFoundError("gone"))
+    assert not is_transient(PermissionError())
+    assert not is_transient(CorruptRecordError("corrupted record at 3", "f", 3))
+    assert not is_transient(ValueError("bug"))
+    req = aiohttp.RequestInfo(url="http://x", method="GET", headers={}, real_url="http://x")
+    for status, want in ((503, True), (429, True), (408, True), (404, False), (403, False)):
+        assert is_transient(aiohttp.ClientResponseError(req, (), status=status)) is want
+    assert is_transient(wrapped(FileNotFoundError("u"), aiohttp.ClientResponseError(req, (), status=503)))
+    assert not is_transient(wrapped(FileNotFoundError("u"), aiohttp.ClientResponseError(req, (), status=404)))
+    assert not is_transient(wrapped(StorageError("cannot open"), ValueError("bad url")))
+    assert is_transient(wrapped(StorageError("cannot open"), ConnectionError()))

@@ -203,6 +203,9 @@ def expand(patterns: str | Iterable[str], **storage_options) -> list[str]:
     out: list[str] = []
     for pattern in patterns:
         pattern = os.fspath(pattern)
+        if _protocol(pattern) in ("http", "https"):
+            out.append(pattern)  # "?" starts a query string; HTTP has no listing to glob
+            continue
         if _GLOB_CHARS & set(pattern):
             matches = glob(pattern, **storage_options)
             if not matches:

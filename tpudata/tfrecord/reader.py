@@ -70,25 +70,51 @@ def detect_compression(head: bytes) -> str:
     return ""
 
 
-def _transient_errors() -> tuple:
-    errors: list = [OSError]
+def _status(exc) -> int | None:
+    """HTTP status of an aiohttp / gcsfs error, if it has one."""
+    for attr in ("status", "code"):
+        value = getattr(exc, attr, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a storage error is worth retrying: connection problems, timeouts, HTTP 408/429/5xx.
+
+    A FileNotFoundError counts only when it wraps such an error (fsspec's HTTP filesystem reports
+    a 503 while opening a file as FileNotFoundError).
+    """
+    if isinstance(exc, (DataLossError, PermissionError)):
+        return False
+    if isinstance(exc, FileNotFoundError):
+        cause = exc.__cause__ or exc.__context__
+        return cause is not None and cause is not exc and is_transient(cause)
+    if isinstance(exc, StorageError) and exc.__cause__ is not None:
+        return is_transient(exc.__cause__)
+    status = _status(exc)
+    if status is not None and status >= 400:
+        return status in (408, 429) or status >= 500
+    if isinstance(exc, (OSError, TimeoutError)):
+        return True
     try:
         import aiohttp
 
-        errors.append(aiohttp.ClientError)
+        if isinstance(exc, aiohttp.ClientError):
+            return True
     except ImportError:  # pragma: no cover
         pass
     try:
         from gcsfs.retry import HttpError
 
-        errors.append(HttpError)
+        return isinstance(exc, HttpError) and status is None
     except ImportError:  # pragma: no cover
-        pass
-    return tuple(errors)
+        return False
 
 
 class _RawSource:
-    """Bytes of one file from a position on, re-opening and retrying remote reads that fail."""
+    """Bytes of one file from a position on. Remote reads that fail (connection cut, 5xx, ...)
+    are retried by re-opening the file at the exact byte position, with backoff."""
 
     def __init__(self, url, buffer_size, start, retries, storage_options):
         self.url = url
@@ -96,44 +122,63 @@ class _RawSource:
         self.pos = start
         self.retries = 0 if storage.is_local(url) else retries
         self.storage_options = storage_options
-        self.f = storage.open_read(url, buffer_size, **storage_options)
-        if start:
-            self.f.seek(start)
+        self.f = None
+        self.retried = 0
+        self._retrying(self._open, "open")
         size = getattr(self.f, "size", None)
         if size is None and storage.is_local(url):
             size = os.fstat(self.f.fileno()).st_size
         self.size = size if isinstance(size, int) else None
 
-    def readinto(self, mv) -> int:
+    def _open(self):
+        f = storage.open_read(self.url, self.buffer_size, **self.storage_options)
+        try:
+            if self.pos:
+                f.seek(self.pos)
+        except BaseException:
+            f.close()
+            raise
+        self.f = f
+
+    def _retrying(self, fn, what: str):
         attempt = 0
         while True:
             try:
-                n = self.f.readinto(mv) or 0
-                self.pos += n
-                return n
-            except (FileNotFoundError, PermissionError, DataLossError):
-                raise
-            except _transient_errors() as exc:
+                if self.f is None and what != "open":
+                    self._open()
+                return fn()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
                 attempt += 1
                 if attempt > self.retries:
                     raise StorageError(
-                        f"reading {self.url} at byte {self.pos} failed after {attempt} attempt(s): "
-                        f"{exc}"
-                    ) from exc
-                logger.warning("retrying read of %s at byte %d: %s", self.url, self.pos, exc)
-                time.sleep(min(0.05 * 2**attempt, 2.0))
-                self._reopen()
+                        f"{what} of {self.url} at byte {self.pos} failed after {attempt} "
+                        f"attempt(s): {exc}") from exc
+                self.retried += 1
+                logger.warning("retrying %s of %s at byte %d (attempt %d of %d): %s", what,
+                               self.url, self.pos, attempt, self.retries, exc)
+                self._drop()
+                time.sleep(min(0.02 * 2**attempt, 2.0))
 
-    def _reopen(self):
-        try:
-            self.f.close()
-        except Exception:  # pragma: no cover - the old handle is broken anyway
-            pass
-        self.f = storage.open_read(self.url, self.buffer_size, **self.storage_options)
-        self.f.seek(self.pos)
+    def _drop(self):
+        if self.f is not None:
+            try:
+                self.f.close()
+            except Exception:  # pragma: no cover - the handle is broken anyway
+                pass
+            self.f = None
+
+    def _readinto_once(self, mv) -> int:
+        n = self.f.readinto(mv) or 0
+        self.pos += n
+        return n
+
+    def readinto(self, mv) -> int:
+        return self._retrying(lambda: self._readinto_once(mv), "read")
 
     def close(self):
-        self.f.close()
+        self._drop()
 
 
 class _PeekedSource:
@@ -278,7 +323,7 @@ class TFRecordFileReader:
         on_error: str = "raise",
         start_offset: int = 0,
         max_batch_records: int | None = None,
-        retries: int = 3,
+        retries: int = 10,
         use_mmap: bool = True,
         **storage_options,
     ):

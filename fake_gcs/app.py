@@ -1,0 +1,170 @@
+"""Routing from JSON API paths to the endpoint functions, plus the bucket endpoints."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Callable
+from urllib.parse import unquote
+
+from fake_gcs import batch, objects, uploads
+from fake_gcs.errors import GCSError, bad_request
+from fake_gcs.fields import apply_fields, parse_fields
+from fake_gcs.model import Preconditions
+from fake_gcs.request import Request, Response, empty_response, error_response, json_response
+from fake_gcs.store import Store
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on what one request may make the server hold."""
+
+    max_object_size: int = 64 << 30
+    max_json_bytes: int = 4 << 20
+    max_batch_bytes: int = 32 << 20
+    max_upload_sessions: int = 10_000
+
+    def __post_init__(self) -> None:
+        for name in ("max_object_size", "max_json_bytes", "max_batch_bytes", "max_upload_sessions"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0")
+
+
+# ------------------------------------------------------------------ buckets
+def list_buckets(app: "App", req: Request) -> dict:
+    prefix = req.params.get("prefix", "")
+    names = sorted(n for n in app.store.buckets if n.startswith(prefix))
+    token = req.params.get("pageToken")
+    if token:
+        names = [n for n in names if n > token]
+    limit = objects.max_results(req, 1000)
+    page, more = names[:limit], len(names) > limit
+    out: dict = {
+        "kind": "storage#buckets",
+        "items": [app.store.buckets[n].resource(req.base_url) for n in page],
+    }
+    if more:
+        out["nextPageToken"] = page[-1]
+    return out
+
+
+def insert_bucket(app: "App", req: Request) -> dict:
+    body = req.read_json(app.limits.max_json_bytes)
+    name = body.get("name") or req.params.get("name")
+    if not name:
+        raise bad_request("Bucket name is required.")
+    return app.store.create_bucket(name, body).resource(req.base_url)
+
+
+def get_bucket(app: "App", req: Request, bucket: str) -> dict:
+    b = app.store.bucket(bucket)
+    pre = Preconditions.from_params(req.params)
+    if pre.metageneration_match is not None and pre.metageneration_match != b.metageneration:
+        raise GCSError(412, "At least one of the pre-conditions you specified did not hold.")
+    return b.resource(req.base_url)
+
+
+def patch_bucket(app: "App", req: Request, bucket: str) -> dict:
+    body = req.read_json(app.limits.max_json_bytes)
+    pre = Preconditions.from_params(req.params)
+    return app.store.update_bucket(bucket, body, req.method == "PUT", pre).resource(req.base_url)
+
+
+def delete_bucket(app: "App", req: Request, bucket: str) -> Response:
+    app.store.delete_bucket(bucket, Preconditions.from_params(req.params))
+    return empty_response(204)
+
+
+# ------------------------------------------------------------------ routing
+_SEG = r"([^/]+)"
+_REST = r"(.+)"
+ROUTES: list[tuple[re.Pattern, dict[str, Callable]]] = [
+    (re.compile(r"^/storage/v1/b/?$"), {"GET": list_buckets, "POST": insert_bucket}),
+    (
+        re.compile(rf"^/storage/v1/b/{_SEG}/?$"),
+        {"GET": get_bucket, "PATCH": patch_bucket, "PUT": patch_bucket, "DELETE": delete_bucket},
+    ),
+    (re.compile(rf"^/storage/v1/b/{_SEG}/o/?$"), {"GET": objects.list_objects, "POST": uploads.upload}),
+    (re.compile(rf"^/storage/v1/b/{_SEG}/o/{_SEG}/compose$"), {"POST": objects.compose}),
+    (re.compile(rf"^/storage/v1/b/{_SEG}/o/{_SEG}/copyTo/b/{_SEG}/o/{_REST}$"), {"POST": objects.copy_to}),
+    (
+        re.compile(rf"^/storage/v1/b/{_SEG}/o/{_SEG}/rewriteTo/b/{_SEG}/o/{_REST}$"),
+        {"POST": objects.rewrite_to},
+    ),
+    (re.compile(rf"^/storage/v1/b/{_SEG}/o/{_SEG}/moveTo/o/{_REST}$"), {"POST": objects.move_to}),
+    (
+        re.compile(rf"^/storage/v1/b/{_SEG}/o/{_REST}$"),
+        {
+            "GET": objects.get_object,
+            "PATCH": objects.patch_object,
+            "PUT": objects.patch_object,
+            "DELETE": objects.delete_object,
+        },
+    ),
+    (
+        re.compile(rf"^/upload/storage/v1/b/{_SEG}/o/?$"),
+        {"POST": uploads.upload, "PUT": uploads.upload, "DELETE": uploads.cancel},
+    ),
+    (re.compile(rf"^/download/storage/v1/b/{_SEG}/o/{_REST}$"), {"GET": objects.download}),
+    (re.compile(r"^/batch(?:/storage/v1)?/?$"), {"POST": batch.handle_batch}),
+    (re.compile(rf"^/{_SEG}/{_REST}$"), {"GET": objects.download}),  # XML-API style URL
+]
+
+
+def _decode(segment: str) -> str:
+    try:
+        return unquote(segment, errors="strict")
+    except UnicodeDecodeError:
+        raise bad_request("Path is not valid percent-encoded UTF-8.") from None
+
+
+def route(method: str, path: str) -> tuple[Callable, list[str]]:
+    """The endpoint function and decoded path arguments; 404/405 JSON errors otherwise."""
+    lookup = "GET" if method == "HEAD" else method
+    allowed = False
+    for pattern, methods in ROUTES:
+        m = pattern.match(path)
+        if not m:
+            continue
+        fn = methods.get(lookup)
+        if fn is None:
+            allowed = True
+            continue
+        return fn, [_decode(g) for g in m.groups()]
+    if allowed:
+        raise GCSError(405, f"Method {method} is not allowed for {path[:200]}")
+    raise GCSError(404, f"Not Found: {path[:200]}")
+
+
+class App:
+    """The API: turns a :class:`Request` into a :class:`Response`, never raising."""
+
+    def __init__(self, store: Store, limits: Limits | None = None, project_number: str = "0") -> None:
+        self.store = store
+        self.limits = limits or Limits()
+        self.project_number = project_number
+        self.sessions = uploads.Sessions(self.limits.max_upload_sessions)
+
+    def handle(self, req: Request) -> Response:
+        try:
+            if getattr(req, "bad_length", False):
+                raise bad_request("Invalid Content-Length header.")
+            fn, args = route(req.method, req.path)
+            result = fn(self, req, *args)
+            if isinstance(result, Response):
+                return result
+            fields = req.params.get("fields")
+            if fields:
+                result = apply_fields(result, parse_fields(fields))
+            return json_response(result)
+        except GCSError as err:
+            return error_response(err)
+        except OSError as exc:  # the client stalled or vanished while sending its body
+            logger.debug("reading %s %s failed: %s", req.method, req.path[:200], exc)
+            return error_response(GCSError(400, "The request body could not be read."))
+        except Exception:  # a bug: answer 500 and keep serving
+            logger.exception("internal error on %s %s", req.method, req.path[:200])
+            return error_response(GCSError(500, "Internal error in fake_gcs."))

@@ -1,0 +1,225 @@
+"""The HTTP/1.1 side: parse a request, apply the realism knobs, send the answer.
+
+One thread per connection (``ThreadingHTTPServer``), keep-alive, ``TCP_NODELAY``. Object data
+goes out as memoryview slices or ``sendfile`` ranges, never as a copy of the whole object.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler
+from urllib.parse import urlsplit
+
+from fake_gcs.errors import GCSError
+from fake_gcs.knobs import Throttle
+from fake_gcs.request import Headers, Media, Request, Response, error_response
+
+logger = logging.getLogger(__name__)
+_HOST_RE = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
+PIECE = 256 << 10  # bytes per write when throttling or cutting
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "fake_gcs"
+    sys_version = ""
+    timeout = 300  # seconds an idle keep-alive connection is kept
+    rbufsize = 1 << 16
+
+    def version_string(self) -> str:
+        return self.server_version
+
+    # ----------------------------------------------------------- connection
+    def setup(self) -> None:
+        super().setup()
+        try:
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+        self.server.track(self.connection, True)
+        mbps = self.server.faults.knobs.bandwidth_mbps
+        self.throttle = Throttle(mbps) if mbps else None
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        except OSError:
+            pass
+        finally:
+            self.server.track(self.connection, False)
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - base class signature
+        logger.debug("%s - %s", self.client_address[0], format % args)
+
+    def log_request(self, code="-", size="-") -> None:
+        pass  # one line per request is logged by _handle, with its timing
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Errors the base class raises (bad request line, huge headers...), in GCS's JSON shape."""
+        if code == HTTPStatus.NOT_IMPLEMENTED:  # an unknown method: GCS answers 405
+            code, message = 405, f"Method {self.command!r} is not allowed."
+        try:
+            phrase = HTTPStatus(code).phrase
+        except ValueError:
+            phrase = "Error"
+        body = GCSError(code, message or phrase).to_json()
+        self.close_connection = True
+        if self.request_version == "HTTP/0.9":  # unparsable request line: still answer HTTP/1.1
+            self.request_version = "HTTP/1.1"
+        try:
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json; charset=UTF-8")
+            self.send_header("Connection", "close")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD" and code >= 200 and code not in (204, 304):
+                self.wfile.write(body)
+        except OSError:
+            pass
+
+    # ------------------------------------------------------------- requests
+    def _base_url(self) -> str:
+        host = self.headers.get("Host", "")
+        if not host or not _HOST_RE.match(host):
+            host = self.server.host_port
+        return f"http://{host}"
+
+    def _handle(self) -> None:
+        t0 = time.perf_counter()
+        faults = self.server.faults
+        target = self.path
+        if "://" in target.split("?", 1)[0]:  # absolute-form request target
+            parts = urlsplit(target)
+            target = parts.path + ("?" + parts.query if parts.query else "")
+        path, _, query = target.partition("?")
+        req = None
+        resp: Response
+        try:
+            req = Request(
+                self.command,
+                path,
+                query,
+                Headers(self.headers.items()),
+                self.rfile,
+                self._base_url(),
+                self.throttle,
+            )
+            delay = faults.first_byte_delay()
+            status = faults.error_status()
+            if status is not None:
+                resp = error_response(GCSError(status, "Injected fault: please retry."))
+            elif self._maybe_cut_upload(req):
+                return
+            else:
+                resp = self.server.app.handle(req)
+        except GCSError as err:
+            delay, resp = 0.0, error_response(err)
+        try:
+            if req is None or req.bad_length or not req.drain():
+                self.close_connection = True
+            if delay:
+                time.sleep(delay)
+            sent = self._send(resp, self.command == "HEAD")
+        except OSError as exc:
+            logger.debug("connection lost while answering %s %s: %s", self.command, path[:200], exc)
+            self.close_connection = True
+            sent = -1
+        finally:
+            resp.close()
+        logger.debug(
+            "%s %s -> %d (%d bytes, %.1f ms)",
+            self.command,
+            self.path[:200],
+            resp.status,
+            sent,
+            (time.perf_counter() - t0) * 1e3,
+        )
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
+
+    def _maybe_cut_upload(self, req: Request) -> bool:
+        """Drop the connection half-way through an upload body (fault injection)."""
+        length = req.declared_length
+        if self.command not in ("POST", "PUT") or not length or not req.path.startswith("/upload/"):
+            return False
+        cut = self.server.faults.cut_point(length)
+        if cut is None:
+            return False
+        if cut:
+            self.rfile.read(cut)
+        self._abort_connection()
+        logger.debug(
+            "injected cut of %s %s after %d/%d body bytes", self.command, req.path[:200], cut, length
+        )
+        return True
+
+    def _abort_connection(self) -> None:
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    # ------------------------------------------------------------- responses
+    def _send(self, resp: Response, head_only: bool) -> int:
+        media = resp.media
+        length = media.length if media is not None else len(resp.body)
+        self.send_response(resp.status)
+        for name, value in resp.headers:
+            self.send_header(name, value)
+        no_body = resp.status in (204, 304) or resp.status < 200
+        if not no_body:
+            self.send_header("Content-Length", str(length))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        if head_only or no_body:
+            self.end_headers()
+            return 0
+        if media is None:
+            if self.throttle is None:
+                self._headers_buffer.append(b"\r\n" + resp.body)  # one write for small answers
+                self.flush_headers()
+            else:
+                self.end_headers()
+                self._write_throttled(memoryview(resp.body), len(resp.body))
+            return length
+        self.end_headers()
+        cut = self.server.faults.cut_point(length)
+        if cut is not None:
+            self._send_media(media, cut)
+            self._abort_connection()
+            logger.debug("injected cut of a download after %d/%d bytes", cut, length)
+            return cut
+        self._send_media(media, length)
+        return length
+
+    def _write_throttled(self, view: memoryview, count: int) -> None:
+        for offset in range(0, count, PIECE):
+            piece = view[offset : min(offset + PIECE, count)]
+            self.wfile.write(piece)
+            if self.throttle is not None:
+                self.throttle(len(piece))
+
+    def _send_media(self, media: Media, count: int) -> None:
+        """Send the first ``count`` bytes of ``media``."""
+        reader = media.reader
+        if reader.view is not None:
+            view = reader.view[media.start : media.start + count]
+            if self.throttle is None and count == media.length:
+                self.wfile.write(view)
+            else:
+                self._write_throttled(view, count)
+            return
+        if self.throttle is None and count == media.length:
+            if count:
+                self.connection.sendfile(reader.file, media.start, count)
+            return
+        for offset in range(0, count, PIECE):
+            n = min(PIECE, count - offset)
+            self.wfile.write(reader.read(media.start + offset, n))
+            if self.throttle is not None:
+                self.throttle(n)
