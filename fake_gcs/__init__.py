@@ -10,6 +10,7 @@ Run ``python -m fake_gcs --port 4443`` and export the printed ``STORAGE_EMULATOR
 
 from fake_gcs.app import Limits
 from fake_gcs.knobs import Knobs
+from fake_gcs.env import pointed_at
 from fake_gcs.server import FakeGCSServer
 
-__all__ = ["FakeGCSServer", "Knobs", "Limits"]
+__all__ = ["FakeGCSServer", "Knobs", "Limits", "pointed_at"]

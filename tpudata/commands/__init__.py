@@ -1,5 +1,5 @@
 """Subcommands of the ``tpudata`` CLI; each module exposes ``register(subparsers)``."""
 
-from tpudata.commands import convert, records
+from tpudata.commands import bench, convert, records
 
-COMMAND_MODULES = [records, convert]
+COMMAND_MODULES = [records, convert, bench]

@@ -79,8 +79,9 @@ class _InterleaveIterator(BlockIterator):
         if not isinstance(sub, Dataset):
             raise TypeError(f"interleave's function must return a Dataset, not {type(sub).__name__}")
         it = sub._make_iterator(self.ctx.child(index))
-        if self.ds.parallel:
-            it = PrefetchIterator(it, max_elements=2, name=f"tpudata-interleave-{index}")
+        if self.ds.parallel:  # two blocks (read buffers) ahead per open sub-dataset
+            it = PrefetchIterator(it, max_elements=2, max_bytes=64 << 20, min_blocks=2,
+                                  name=f"tpudata-interleave-{index}")
         return _Slot(index, element, it)
 
     def _close_slot(self, k: int) -> None:
@@ -93,9 +94,31 @@ class _InterleaveIterator(BlockIterator):
         self.block_index = 0
         self.cycle_index = (self.cycle_index + 1) % self.ds.cycle_length
 
+    def _fill_slots(self) -> None:
+        """Parallel mode: open every empty slot now, so all sub-datasets read at once.
+
+        Input elements go to empty slots in the order the sequential algorithm would visit
+        them (from the current cycle position on), so the output order does not change.
+        """
+        C = self.ds.cycle_length
+        for i in range(C):
+            if self.end_of_input:
+                return
+            k = (self.cycle_index + i) % C
+            if self.slots[k] is None:
+                block = self.input.next_block(1)
+                if block is None:
+                    self.end_of_input = True
+                    return
+                self.slots[k] = self._open(self.opened, next(block.elements()))
+                self.opened += 1
+                self.slots[k].it.start()
+
     # -- iteration -------------------------------------------------------------------------------
     def next(self):
         while True:
+            if self.ds.parallel:
+                self._fill_slots()
             fast = self._rounds()
             if fast is not None:
                 return fast

@@ -38,8 +38,9 @@ class PrefetchIterator(BlockIterator):
     """Runs ``input_it`` in a thread, at most ``max_elements`` / ``max_bytes`` ahead."""
 
     def __init__(self, input_it: BlockIterator, max_elements: int = 2, max_bytes: int = 256 << 20,
-                 name: str = "tpudata-prefetch"):
+                 name: str = "tpudata-prefetch", min_blocks: int = 1):
         self.input_it = input_it
+        self.min_blocks = max(1, min_blocks)  # blocks allowed ahead even past max_elements
         self.max_elements = max(1, max_elements)
         self.max_bytes = max_bytes
         self.name = name
@@ -57,7 +58,7 @@ class PrefetchIterator(BlockIterator):
         try:
             while True:
                 with self.cond:
-                    while not self.stop and self.items and (
+                    while not self.stop and len(self.items) >= self.min_blocks and (
                         self.elements >= self.max_elements or self.bytes >= self.max_bytes
                     ):
                         self.cond.wait()
@@ -86,6 +87,11 @@ class PrefetchIterator(BlockIterator):
         self.stop = False
         self.thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self.thread.start()
+
+    def start(self) -> None:
+        """Begin producing in the background now (otherwise the first next() starts it)."""
+        if self.thread is None and not self.finished:
+            self._start()
 
     def ready(self) -> bool:
         """Whether a block (or the end, or an error) is waiting."""

@@ -356,7 +356,8 @@ class TFRecordFileReader:
         compression = self.compression
         src = raw
         if compression is None:
-            head = bytearray(framing.HEADER_SIZE)
+            # detect from the first block read anyway (one request, not an extra round trip)
+            head = bytearray(framing.HEADER_SIZE if storage.is_local(self.url) else self.buffer_size)
             got = 0
             while got < len(head):
                 n = raw.readinto(memoryview(head)[got:])
