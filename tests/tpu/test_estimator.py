@@ -270,3 +270,14 @@ def test_infeed_report_tells_input_bound_from_compute_bound(caplog):
     report = fast.last_train_report
     assert report.input_bound_percent < 20 and report.steps == 8
     assert report.records == 64 and report.records_per_second > 0 and report.mb_per_second > 0
+
+
+def test_loss_ignores_padding_rows():
+    logits = np.array([[2.0, 0.0], [0.0, 2.0], [5.0, 5.0]])
+    full, g_full = models.softmax_cross_entropy(logits[:2], [0, 1])
+    padded, g_pad = models.softmax_cross_entropy(logits, [0, 1, -1], weights=[1, 1, 0])
+    assert padded == pytest.approx(full)
+    np.testing.assert_allclose(g_pad[:2], g_full)
+    assert not g_pad[2].any()
+    with pytest.raises(ValueError, match="labels must be in"):
+        models.softmax_cross_entropy(logits, [0, 1, -1])

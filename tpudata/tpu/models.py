@@ -22,9 +22,11 @@ def softmax_cross_entropy(logits: np.ndarray, labels: np.ndarray, weights=None):
     logits = np.asarray(logits, dtype=np.float64)
     labels = np.asarray(labels).reshape(-1).astype(np.int64)
     n, k = logits.shape
-    if labels.size and (labels.min() < 0 or labels.max() >= k):
-        raise ValueError(f"labels must be in [0, {k}), got range [{labels.min()}, {labels.max()}]")
     w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64).reshape(-1)
+    real = labels[w > 0]  # zero-weight (padding) rows may hold anything
+    if real.size and (real.min() < 0 or real.max() >= k):
+        raise ValueError(f"labels must be in [0, {k}), got range [{real.min()}, {real.max()}]")
+    labels = np.where(w > 0, labels, 0)
     total = w.sum()
     shifted = logits - logits.max(axis=1, keepdims=True)
     logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
