@@ -33,13 +33,17 @@ class IterContext:
     ``shuffle(reshuffle_each_iteration=True)`` reshuffles for every epoch deterministically.
     """
 
-    __slots__ = ("path",)
+    __slots__ = ("path", "in_background")
 
-    def __init__(self, path: tuple = ()):
+    def __init__(self, path: tuple = (), in_background: bool = False):
         self.path = tuple(int(p) for p in path)
+        # True when a caller already runs this (sub)pipeline in its own thread, so sources
+        # need not start read-ahead threads of their own
+        self.in_background = in_background
 
-    def child(self, k: int) -> "IterContext":
-        return IterContext(self.path + (int(k),))
+    def child(self, k: int, in_background: bool | None = None) -> "IterContext":
+        flag = self.in_background if in_background is None else in_background
+        return IterContext(self.path + (int(k),), flag)
 
 
 class BlockIterator:

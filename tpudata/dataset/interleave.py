@@ -78,7 +78,7 @@ class _InterleaveIterator(BlockIterator):
         sub = self.ds.fn(*args)
         if not isinstance(sub, Dataset):
             raise TypeError(f"interleave's function must return a Dataset, not {type(sub).__name__}")
-        it = sub._make_iterator(self.ctx.child(index))
+        it = sub._make_iterator(self.ctx.child(index, in_background=self.ds.parallel or None))
         if self.ds.parallel:  # two blocks (read buffers) ahead per open sub-dataset
             it = PrefetchIterator(it, max_elements=2, max_bytes=64 << 20, min_blocks=2,
                                   name=f"tpudata-interleave-{index}")

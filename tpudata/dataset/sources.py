@@ -187,8 +187,10 @@ class _RecordFilesDataset(Dataset):
 
 
 class _TFRecordFiles(_RecordFilesDataset):
-    def __init__(self, files, compression, buffer_size, verify, on_error, storage_options):
+    def __init__(self, files, compression, buffer_size, verify, on_error, storage_options,
+                 read_ahead_bytes: int = 0):
         super().__init__(files)
+        self.read_ahead_bytes = read_ahead_bytes
         self.options = dict(compression=compression, verify=verify, buffer_size=buffer_size,
                             on_error=on_error, **storage_options)
         self.storage_options = storage_options
@@ -203,6 +205,15 @@ class _TFRecordFiles(_RecordFilesDataset):
             self._count = UNKNOWN if counts is None else sum(counts)
         return self._count
 
+    def _make_iterator(self, ctx):
+        it = _FilesIterator(self.files, self._open)
+        if self.read_ahead_bytes > 0 and not ctx.in_background:  # a few read buffers ahead
+            from tpudata.dataset.prefetch import PrefetchIterator
+
+            return PrefetchIterator(it, max_elements=1 << 40, max_bytes=self.read_ahead_bytes,
+                                    name="tpudata-readahead")
+        return it
+
     def _open(self, path, offset):
         reader = TFRecordFileReader(path, start_offset=offset, **self.options)
         try:
@@ -212,15 +223,20 @@ class _TFRecordFiles(_RecordFilesDataset):
             reader.close()
 
 
+READ_AHEAD_BYTES = 32 << 20
+
+
 def TFRecordDataset(filenames, compression_type: str | None = None,
                     buffer_size: int | None = DEFAULT_BUFFER_SIZE,
                     num_parallel_reads: int | None = None, verify: bool = True,
                     on_error: str = "raise", compression: str | None = None,
-                    **storage_options) -> Dataset:
+                    read_ahead_bytes: int = READ_AHEAD_BYTES, **storage_options) -> Dataset:
     """Records of TFRecord files (any fsspec URL), like ``tf.data.TFRecordDataset``.
 
     ``filenames`` is a name, a list of names, or a Dataset of names; ``compression_type`` (or
-    ``compression``) is None (detect), "" , "GZIP" or "ZLIB". ``num_parallel_reads=k``
+    ``compression``) is None (detect), "" , "GZIP" or "ZLIB". Files are read (and their CRCs
+    checked) in a background thread up to ``read_ahead_bytes`` ahead (0: in the caller's
+    thread). ``num_parallel_reads=k``
     reads ``k`` files at once in background threads, interleaving their records one by one in a
     deterministic order (as tf.data does). ``on_error="skip"`` stops reading a damaged file with
     a warning instead of raising (tf.data's ``ignore_errors``).
@@ -230,18 +246,21 @@ def TFRecordDataset(filenames, compression_type: str | None = None,
     compression_type = compression_type if compression_type is not None else compression
     opts = (compression_type, buffer_size or DEFAULT_BUFFER_SIZE, verify, on_error, storage_options)
 
-    def one(name) -> Dataset:
+    def one(name) -> Dataset:  # parallel reads: each file already has its own thread
         return _TFRecordFiles(_names(name), *opts)
+
+    def one_ahead(name) -> Dataset:
+        return _TFRecordFiles(_names(name), *opts, read_ahead_bytes=read_ahead_bytes)
 
     if isinstance(filenames, Dataset):
         files_ds = filenames
     else:
         files = _names(filenames)
         if not num_parallel_reads or num_parallel_reads == 1 or len(files) == 1:
-            return _TFRecordFiles(files, *opts)
+            return _TFRecordFiles(files, *opts, read_ahead_bytes=read_ahead_bytes)
         files_ds = FileListDataset(files)
     if not num_parallel_reads:
-        return files_ds.interleave(one, cycle_length=1, block_length=1)
+        return files_ds.interleave(one_ahead, cycle_length=1, block_length=1)
     k = os.cpu_count() or 2 if num_parallel_reads == AUTOTUNE else int(num_parallel_reads)
     return files_ds.interleave(one, cycle_length=k, block_length=1, num_parallel_calls=k,
                                deterministic=True)
