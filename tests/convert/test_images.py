@@ -12,24 +12,26 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from tpudata.convert.images import image_example, normalize_image
-from tpudata.example import encode_example
-
-
-def _reference(jpeg, height, width, label, synset, filename):
-    return encode_example({
-        "image/height": height, "image/width": width, "image/colorspace": b"RGB",
-        "image/channels": 3, "image/class/label": label,
-        "image/class/synset": synset.encode("utf-8"), "image/format": b"JPEG",
-        "image/filename": os.path.basename(filename).encode("utf-8"), "image/encoded": jpeg,
-    })
+from tpudata.example import decode_example
 
 
 @given(st.binary(max_size=3000), st.integers(0, 1 << 40), st.integers(0, 1 << 20),
        st.integers(-(1 << 63), (1 << 63) - 1), st.text(max_size=300), st.text(max_size=200))
-def test_image_example_matches_the_generic_encoder(jpeg, height, width, label, synset, filename):
+def test_image_example_holds_the_nine_features(jpeg, height, width, label, synset, filename):
     filename = filename.replace("\0", "")
-    assert image_example(jpeg, height, width, label, synset, filename) == \
-        _reference(jpeg, height, width, label, synset, filename)
+    got = decode_example(image_example(jpeg, height, width, label, synset, filename))
+    want = _reference_values(jpeg, height, width, label, synset, filename)
+    assert list(got) == list(want)  # the original tool's order
+    assert {k: v.tolist() for k, v in got.items()} == want
+
+
+def _reference_values(jpeg, height, width, label, synset, filename):
+    return {
+        "image/height": [height], "image/width": [width], "image/colorspace": [b"RGB"],
+        "image/channels": [3], "image/class/label": [label],
+        "image/class/synset": [synset.encode("utf-8")], "image/format": [b"JPEG"],
+        "image/filename": [os.path.basename(filename).encode("utf-8")], "image/encoded": [jpeg],
+    }
 
 
 def _png(img) -> bytes:
