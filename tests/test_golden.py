@@ -16,6 +16,8 @@ from tpudata import FixedLenFeature, VarLenFeature
 from tpudata.errors import CorruptRecordError, DataLossError, TruncatedRecordError
 from tests.conftest import golden
 
+VERIFIED_ZLIB = "1.2.13"  # zlib.ZLIB_RUNTIME_VERSION where TF's GZIP/ZLIB bytes were matched
+
 
 @pytest.mark.parametrize("name", ["plain.tfrecord", "plain.tfrecord.gz", "plain.tfrecord.zlib"])
 @pytest.mark.parametrize("buffer_size", [64, 1000, 8 << 20])
@@ -48,8 +50,10 @@ def test_writer_bytes_identical_to_tensorflow(accel, compression, name):
         import zlib
 
         assert zlib.decompress(out.getvalue(), wbits) == plain
-        # same zlib settings as TensorFlow: here even the compressed bytes match
-        assert out.getvalue() == expected
+        # same zlib settings as TensorFlow: with the zlib this was verified on, even the
+        # compressed bytes match (another zlib version may compress differently)
+        if zlib.ZLIB_RUNTIME_VERSION == VERIFIED_ZLIB:
+            assert out.getvalue() == expected
     else:
         assert out.getvalue() == expected
 
