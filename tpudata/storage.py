@@ -329,11 +329,13 @@ def open_atomic(url: str, fsync: bool = False, **storage_options) -> AtomicWrite
     return AtomicWriter(url, fsync=fsync, **storage_options)
 
 
-def cleanup_temporaries(directory: str, prefix: str = "", **storage_options) -> list[str]:
+def cleanup_temporaries(directory: str, prefix: str | tuple[str, ...] = "",
+                        **storage_options) -> list[str]:
     """Remove temporary files left in a local ``directory`` by interrupted atomic writes.
 
-    With ``prefix``, only temporaries of files whose names start with it (so a build does not
-    remove the temporaries of another writer working in the same directory).
+    With ``prefix`` (a string or a tuple of them), only temporaries of files whose final names
+    start with it, so a build does not remove the temporaries of another writer working in the
+    same directory.
     """
     if not is_local(directory):
         return []
@@ -341,10 +343,17 @@ def cleanup_temporaries(directory: str, prefix: str = "", **storage_options) -> 
     path = local_path(directory)
     if not os.path.isdir(path):
         return []
+    prefixes = (prefix,) if isinstance(prefix, str) else tuple(prefix)
     for name in os.listdir(path):
-        if name.startswith("." + prefix) and TEMP_MARKER in name:
-            os.remove(os.path.join(path, name))
-            removed.append(os.path.join(path, name))
+        if not name.startswith(".") or TEMP_MARKER not in name:
+            continue
+        final = name[1 : name.index(TEMP_MARKER)]  # the name the file was being written as
+        if final.startswith(prefixes):
+            try:
+                os.remove(os.path.join(path, name))
+                removed.append(os.path.join(path, name))
+            except FileNotFoundError:  # pragma: no cover - raced with another cleanup
+                pass
     if removed:
         logger.info("removed %d temporary file(s) from %s", len(removed), directory)
     return removed

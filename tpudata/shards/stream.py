@@ -39,7 +39,6 @@ from tpudata.shards.progress import BuildResult, Progress
 from tpudata.shards.writing import (
     ChecksumSink,
     existing_shard_is_valid,
-    move,
     write_records_to,
     write_shard,
     write_shard_bytes,
@@ -193,7 +192,7 @@ def _write_rolling(it: Iterator, target: int, output: str, template: Manifest,
         infos = []
         for index, (temp, info) in enumerate(written):
             name = shard_name(prefix, index, count)
-            move(temp, storage.join(output, name), **so)
+            storage.move(temp, storage.join(output, name), **so)
             infos.append(ShardInfo(name, info.records, info.bytes, info.crc32c, None))
     except BaseException:
         bar.close()

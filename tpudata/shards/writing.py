@@ -199,41 +199,11 @@ def run_shard_task(task: ShardTask) -> ShardResult:
 
 
 def cleanup_shard_temporaries(output: str, prefix: str) -> list[str]:
-    """Remove leftovers of interrupted writes of ``prefix``'s shards and manifests in ``output``.
-
-    Only names that belong to this prefix are touched, so builds of other prefixes running in the
-    same directory keep their temporaries. Object stores keep no temporaries (an unfinished
-    upload never becomes an object), so there is nothing to do for them.
-    """
-    if not storage.is_local(output):
-        return []
-    directory = storage.local_path(output)
-    if not os.path.isdir(directory):
-        return []
-    removed = []
-    for name in os.listdir(directory):
-        bare = name.lstrip(".")
-        if not name.startswith(".") or storage.TEMP_MARKER not in name:
-            continue
-        if bare.startswith(prefix + "-") or bare.startswith(prefix + ".manifest"):
-            try:
-                os.remove(os.path.join(directory, name))
-                removed.append(os.path.join(directory, name))
-            except FileNotFoundError:  # pragma: no cover - raced with another cleanup
-                pass
-    if removed:
-        logger.info("removed %d temporary file(s) of %r from %s", len(removed), prefix, output)
-    return removed
-
-
-def move(src: str, dst: str, **storage_options) -> None:
-    """Rename ``src`` to ``dst`` (local: atomic ``os.replace``; object stores: copy + delete)."""
-    if storage.is_local(src):
-        os.replace(storage.local_path(src), storage.local_path(dst))
-        return
-    fs, src_path = storage.url_to_fs(src, **storage_options)
-    _, dst_path = storage.url_to_fs(dst, **storage_options)
-    fs.mv(src_path, dst_path)
+    """Remove leftovers of interrupted writes of ``prefix``'s shards, manifest and journal in
+    ``output`` (only names of this prefix: other builds in the same directory keep theirs).
+    Object stores keep no temporaries (an unfinished upload never becomes an object)."""
+    return storage.cleanup_temporaries(
+        output, (f"{prefix}-", f"{prefix}.manifest", f".{prefix}.manifest"))
 
 
 __all__ = [
@@ -242,7 +212,6 @@ __all__ = [
     "ShardTask",
     "cleanup_shard_temporaries",
     "existing_shard_is_valid",
-    "move",
     "run_shard_task",
     "write_records_to",
     "write_shard",
