@@ -94,14 +94,14 @@ def _features(batch):
 
 
 # -- one measurement ------------------------------------------------------------------------------
-def measure(files: list[str], parallel: int, args) -> dict:
+def measure(files: list[str], parallel: int, args, avg_record: float) -> dict:
+    """One run of the executor over ``files``; ``avg_record`` (bytes) converts records to MB."""
     from tpudata import FixedLenFeature
     from tpudata import tpu
     from tpudata.dataset import TFRecordDataset
 
     spec = {"image/encoded": FixedLenFeature([], bytes),
             "image/class/label": FixedLenFeature([], np.int64)}
-    avg_record = sum(storage.size(f) for f in files) / max(1, _count(files))
 
     def input_fn(params):
         return (TFRecordDataset(files, num_parallel_reads=parallel).repeat().parse(spec)
@@ -120,16 +120,10 @@ def measure(files: list[str], parallel: int, args) -> dict:
             "input_bound_pct": report.input_bound_percent, "steps": report.steps}
 
 
-_COUNTS: dict[tuple, int] = {}
-
-
 def _count(files: list[str]) -> int:
-    key = tuple(files)
-    if key not in _COUNTS:
-        from tpudata.tfrecord import read_record_batches
+    from tpudata.tfrecord import read_record_batches
 
-        _COUNTS[key] = sum(len(b) for b in read_record_batches(files, verify=False))
-    return _COUNTS[key]
+    return sum(len(b) for b in read_record_batches(files, verify=False))
 
 
 TF_SCRIPT = textwrap.dedent("""
@@ -178,12 +172,14 @@ def _upload(files: list[str], server_url: str) -> list[str]:
 def run(args) -> dict:
     files = make_workload(args.dir, args.shards, args.shard_mb)
     total_mb = sum(os.path.getsize(f) for f in files) / 1e6
-    print(f"workload: {len(files)} shards, {total_mb:.0f} MB, {_count(files)} records of "
-          f"~{total_mb * 1e6 / _count(files) / 1e3:.0f} KB; {args.steps} steps of {args.batch_size} "
+    records = _count(files)
+    avg_record = total_mb * 1e6 / records  # the GCS copies hold the same bytes
+    print(f"workload: {len(files)} shards, {total_mb:.0f} MB, {records} records of "
+          f"~{avg_record / 1e3:.0f} KB; {args.steps} steps of {args.batch_size} "
           f"on 8 replicas, {args.step_ms:g} ms simulated device time per step", flush=True)
     results: dict = {"local": [], "gcs": [], "tf_local": []}
     for k in args.parallel:
-        results["local"].append(measure(files, k, args))
+        results["local"].append(measure(files, k, args, avg_record))
         if not args.no_tf:
             tf_rate = measure_tf(files, k, args.steps * args.batch_size, args.batch_size)
             if tf_rate is not None:
@@ -196,7 +192,7 @@ def run(args) -> dict:
             print(f"fake GCS at {server.url} (own process): {args.latency_ms:g} ms first-byte "
                   f"latency, {args.bandwidth_mbps:g} MB/s per connection", flush=True)
             for k in args.parallel:
-                results["gcs"].append(measure(urls, k, args))
+                results["gcs"].append(measure(urls, k, args, avg_record))
     return results
 
 

@@ -11,10 +11,9 @@ JSON-serialisable ``get_state()`` / ``set_state()``.
 from __future__ import annotations
 
 import base64
-import itertools
 import logging
 import threading
-from typing import Any, Callable, Iterator as TypingIterator
+from typing import Any, Callable
 
 import numpy as np
 
@@ -259,8 +258,6 @@ class Dataset:
     [(3,), (3,), (3,)]
     """
 
-    _iteration_counter = itertools.count()
-
     def __init__(self):
         self._lock = threading.Lock()
         self._iterations = 0
@@ -434,7 +431,3 @@ class Dataset:
     def apply(self, fn: Callable[["Dataset"], "Dataset"]) -> "Dataset":
         return fn(self)
 
-
-def elements_of(it: TypingIterator) -> list:
-    """Helper for tests and tools: every element of an iterator, as a list."""
-    return list(it)

@@ -85,7 +85,6 @@ class RecordColumn:
     def groups(self) -> Iterator[tuple[RecordBatch, np.ndarray | None]]:
         """``(RecordBatch, positions)`` per buffer (positions None: the whole column, in order)."""
         if self.buf_idx is None:
-            path, base = self.sources[0]
             yield self._batch(0, self.offsets, self.lengths), None
             return
         for b in np.unique(self.buf_idx).tolist():

@@ -165,7 +165,7 @@ class _InterleaveIterator(BlockIterator):
                 if not slot.cursor._fill():
                     return None  # exhausted: the step-by-step path closes it
             open_slots.append(slot)
-        if len(open_slots) < 1 or (len(open_slots) == 1 and len(self.slots) > 1 and not self.end_of_input):
+        if not open_slots:
             return None
         rounds = min((s.cursor.block.n - s.cursor.pos) // bl for s in open_slots)
         rounds = min(rounds, max(1, MAX_ROUND_ELEMENTS // (bl * len(open_slots))))

@@ -193,7 +193,7 @@ class _ShuffleIterator(BlockIterator):
                                                                             self.cursor.get_state())
         return {"seed": self.seed, "phase": self.phase, "rng": self.rng.bit_generator.state,
                 "count_in": self.count_in, "held": held.copy(), "snap_count": snap_count,
-                "snap": snap_state, "now": self.cursor.get_state()}
+                "snap": snap_state}
 
     def set_state(self, state):
         self.seed = int(state["seed"])

@@ -11,8 +11,8 @@ from typing import Callable
 import numpy as np
 
 from tpudata.dataset.base import INFINITE, UNKNOWN, BlockIterator, Cursor, Dataset
-from tpudata.dataset.block import Block, RecordColumn, leaf_concat, leaf_take
-from tpudata.dataset.nest import LEAF, Tree, flatten
+from tpudata.dataset.block import Block, RecordColumn, leaf_take
+from tpudata.dataset.nest import Tree, flatten
 from tpudata.example.batching import concat_parsed
 from tpudata.example.parse import parse_examples
 from tpudata.example.spec import normalize_spec
@@ -484,5 +484,3 @@ def _graft(tree: Tree, subtrees: list) -> Tree:
 
 __all__ = ["AUTOTUNE", "FilterDataset", "MapDataset", "ParseDataset", "RepeatDataset",
            "ShardDataset", "SkipDataset", "TakeDataset", "ZipDataset", "parse_dataset"]
-
-_ = (LEAF, leaf_concat)

@@ -123,7 +123,6 @@ class _RawSource:
         self.retries = 0 if storage.is_local(url) else retries
         self.storage_options = storage_options
         self.f = None
-        self.retried = 0
         self._retrying(self._open, "open")
         size = getattr(self.f, "size", None)
         if size is None and storage.is_local(url):
@@ -155,7 +154,6 @@ class _RawSource:
                     raise StorageError(
                         f"{what} of {self.url} at byte {self.pos} failed after {attempt} "
                         f"attempt(s): {exc}") from exc
-                self.retried += 1
                 logger.warning("retrying %s of %s at byte %d (attempt %d of %d): %s", what,
                                self.url, self.pos, attempt, self.retries, exc)
                 self._drop()

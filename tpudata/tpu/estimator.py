@@ -240,10 +240,12 @@ class TPUEstimator:
                 examples += sum(real)
                 loss_total += sum(float(s.loss) * w for s, w in zip(specs, real) if w)
                 if specs[0].eval_metrics is not None:
-                    metric_fn, tensors = specs[0].eval_metrics
+                    metric_fn = specs[0].eval_metrics[0]
                     joined = _concat([s.eval_metrics[1] for s in specs])
-                    args = joined if isinstance(joined, (list, tuple)) else [joined]
-                    out = metric_fn(**joined) if isinstance(joined, dict) else metric_fn(*args)
+                    if isinstance(joined, dict):
+                        out = metric_fn(**joined)
+                    else:
+                        out = metric_fn(*(joined if isinstance(joined, list) else [joined]))
                     for key, value in out.items():
                         metrics[key] = metrics[key] + value if key in metrics else value
                 done += 1
