@@ -64,9 +64,20 @@ class StorageError(TpuDataError, OSError):
     """A storage URL that cannot be opened, listed or written."""
 
 
+class HostCallError(TpuDataError, RuntimeError):
+    """A ``host_call`` function that raised on the host; the original error is ``__cause__``
+    (its traceback is shown above this one), ``fn_name`` the function, ``step`` the global step."""
+
+    def __init__(self, message: str, fn_name: str | None = None, step: int | None = None):
+        self.fn_name = fn_name
+        self.step = step
+        super().__init__(message)
+
+
 __all__ = [
     "CorruptRecordError",
     "DataLossError",
+    "HostCallError",
     "InvalidExampleError",
     "SpecError",
     "StaticShapeError",

@@ -3,7 +3,7 @@
 See README.md for a complete custom model_fn.
 """
 
-from tpudata.tpu import initializers, metrics, models
+from tpudata.tpu import initializers, metrics, models, summaries
 from tpudata.tpu.config import InputPipelineConfig, RunConfig, TPUConfig, TPUContext
 from tpudata.tpu.device import make_tpu_ready
 from tpudata.tpu.estimator import TPUEstimator
@@ -32,4 +32,5 @@ __all__ = [
     "make_tpu_ready",
     "metrics",
     "models",
+    "summaries",
 ]

@@ -56,10 +56,15 @@ class TPUConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Where checkpoints go (any fsspec URL), how often, and the TPU layout."""
+    """Where checkpoints and TensorBoard summaries go (any fsspec URL), how often, the TPU layout.
+
+    ``save_summary_steps``: the automatic scalars (loss, global_step/sec, examples/sec, infeed/*)
+    are written at the first loop boundary at or after every multiple; None or 0: never.
+    """
 
     model_dir: str | None = None
     save_checkpoints_steps: int | None = None
+    save_summary_steps: int | None = 100
     keep_checkpoint_max: int = 5
     tpu_config: TPUConfig = field(default_factory=TPUConfig)
     tf_random_seed: int = 0
@@ -68,6 +73,8 @@ class RunConfig:
     def __post_init__(self):
         if self.save_checkpoints_steps is not None and self.save_checkpoints_steps < 1:
             raise ValueError("save_checkpoints_steps must be >= 1")
+        if self.save_summary_steps is not None and self.save_summary_steps < 0:
+            raise ValueError("save_summary_steps must be >= 0 (0 or None: no automatic summaries)")
         if self.keep_checkpoint_max < 1:
             raise ValueError("keep_checkpoint_max must be >= 1")
 

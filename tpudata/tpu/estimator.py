@@ -19,6 +19,7 @@ import numpy as np
 
 from tpudata import storage
 from tpudata.dataset.nest import flatten, unflatten
+from tpudata.tpu import summaries
 from tpudata.tpu.config import InputPipelineConfig, RunConfig, TPUContext
 from tpudata.tpu.device import Signature
 from tpudata.tpu.infeed import Infeed, LoopReport, nbytes, rows
@@ -173,6 +174,7 @@ class TPUEstimator:
         loop_size = self.config.tpu_config.iterations_per_loop
         self.signature.pop(ModeKeys.TRAIN, None)  # every call compiles a new program
         infeed = self._input(input_fn, ModeKeys.TRAIN)
+        recorder = summaries.for_training(self.config.model_dir, self.config.save_summary_steps)
         total = LoopReport(loops=0)
         try:
             ended = False
@@ -187,7 +189,9 @@ class TPUEstimator:
                         ended = True
                         break
                     t0 = time.perf_counter()
-                    losses.append(self._apply(self._run_replicas(ModeKeys.TRAIN, batches)))
+                    specs = self._run_replicas(ModeKeys.TRAIN, batches)
+                    losses.append(self._apply(specs))
+                    recorder.host_call_step([s.host_call for s in specs])
                     self._simulate_device(t0)
                     report.device_seconds += time.perf_counter() - t0
                     report.steps += 1
@@ -202,12 +206,15 @@ class TPUEstimator:
                     self.infeed_reports.append(report)
                     logger.info("step %d: loss %.5f; infeed %s", self.global_step,
                                 float(np.mean(losses)), report.summary())
+                recorder.on_loop(self.global_step, float(np.mean(losses)) if losses else float("nan"),
+                                 report, start_step)
                 if every and self.global_step // every > start_step // every:
                     self.save_checkpoint()
                 if ended:
                     logger.warning("input ended at global step %d, before %d", self.global_step, target)
         finally:
             infeed.close()
+            recorder.close()
         if self.config.model_dir:
             self.save_checkpoint()
         self.last_train_report = total
@@ -226,6 +233,7 @@ class TPUEstimator:
         self._restore_latest()
         self.signature.pop(ModeKeys.EVAL, None)
         infeed = self._input(input_fn, ModeKeys.EVAL, partial=True)
+        recorder = summaries.for_eval(self.config.model_dir, name)
         metrics: dict[str, Metric] = {}
         loss_total, examples, done = 0.0, 0.0, 0
         try:
@@ -236,6 +244,7 @@ class TPUEstimator:
                 if len(batches) < self.num_replicas:
                     batches = self._pad_missing_replicas(batches)
                 specs = self._run_replicas(ModeKeys.EVAL, batches)
+                recorder.host_call_step([s.host_call for s in specs])
                 real = [self._real_rows(f) for f, _ in batches]
                 examples += sum(real)
                 loss_total += sum(float(s.loss) * w for s, w in zip(specs, real) if w)
@@ -255,6 +264,7 @@ class TPUEstimator:
         result.update(loss=loss_total / examples if examples else float("nan"),
                       examples=int(round(examples)), global_step=self.global_step, steps=done)
         logger.info("evaluation%s at step %d: %s", f" {name}" if name else "", self.global_step, result)
+        recorder.on_eval(result, self.global_step)
         return result
 
     def _pad_missing_replicas(self, batches: list) -> list:

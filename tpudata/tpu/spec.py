@@ -22,6 +22,10 @@ class TPUEstimatorSpec:
     - ``eval_metrics``: ``(metric_fn, tensors)``; ``metric_fn(*tensors)`` runs on the host with the
       replicas' tensors concatenated and returns ``{name: Metric}`` (see :mod:`tpudata.tpu.metrics`).
     - ``predictions``: dict of per-example arrays (PREDICT).
+    - ``host_call``: ``(fn, tensors)`` (TRAIN, EVAL): every step the replicas' tensors (a list,
+      tuple or dict of arrays with a batch dimension) are concatenated on that dimension; once
+      per loop ``fn`` runs on the host over the steps stacked on a new axis 0 and may write
+      summaries (see :mod:`tpudata.tpu.summaries`).
     """
 
     mode: str
@@ -30,3 +34,4 @@ class TPUEstimatorSpec:
     gradients: dict | None = None
     eval_metrics: tuple[Callable, Any] | None = None
     predictions: dict | None = None
+    host_call: tuple[Callable, Any] | None = None
