@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -21,3 +22,8 @@ def test_demo_runs(tmp_path):
     assert "gs://demo/imagenet/train-*: 8 shards, 96 records" in out
     assert "model.ckpt-00000020.npz" in out
     assert "image/class/synset" in out  # tpudata head over gs://
+    assert f"tensorboard --logdir {tmp_path / 'tensorboard'}" in out
+    if importlib.util.find_spec("tensorboardX"):  # event files copied out of the fake gs://
+        names = {os.path.relpath(os.path.join(d, n), tmp_path / "tensorboard").split(".out.")[0]
+                 for d, _, files in os.walk(tmp_path / "tensorboard") for n in files}
+        assert names == {"events", os.path.join("eval", "events")}

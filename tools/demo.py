@@ -6,7 +6,8 @@
 3. convert it with imagenet_to_gcs straight to gs://demo/imagenet,
 4. stream the shards from gs:// through a tpudata Dataset (interleave, shuffle, parse, decode and
    downsize the JPEGs, batch) into the numpy TPU executor (8 replicas, loops of 10 steps),
-5. print the infeed report, the evaluation of an exact epoch and where the shards are.
+5. print the infeed report, the evaluation of an exact epoch and where the shards are, copy the
+   TensorBoard event files out of the fake gs:// and print the `tensorboard --logdir` command.
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ def main(argv=None) -> int:
     ap.add_argument("--step-ms", type=float, default=25.0,
                     help="simulated device time per step (a real model's step on the accelerator)")
     ap.add_argument("--workdir", default=None, help="keep the generated images here")
+    ap.add_argument("--tensorboard-dir", default=None, help="copy the run's event files here "
+                    "(default: WORKDIR/tensorboard, or demo_out/tensorboard without --workdir)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="  %(message)s")
     logging.getLogger("tpudata.tpu.estimator").setLevel(logging.INFO)
@@ -123,7 +126,7 @@ def main(argv=None) -> int:
               f"{args.step_ms:g} ms simulated device time per step)")
         est = tpu.TPUEstimator(
             tpu.models.softmax_regression(len(SYNSETS), learning_rate=0.2),
-            config=tpu.RunConfig(model_dir="gs://demo/model",
+            config=tpu.RunConfig(model_dir="gs://demo/model", save_summary_steps=10,
                                  tpu_config=tpu.TPUConfig(iterations_per_loop=10, num_shards=8,
                                                           simulated_step_seconds=args.step_ms / 1e3)),
             train_batch_size=64, eval_batch_size=32)
@@ -144,6 +147,14 @@ def main(argv=None) -> int:
             print(f"  gs://demo/imagenet/{prefix}-*: {manifest.num_shards} shards, "
                   f"{manifest.num_records} records, {manifest.total_bytes / 1e6:.1f} MB")
         print(f"  checkpoints: {sorted(p.rsplit('/', 1)[-1] for p in fs.ls('demo/model', detail=False))}")
+        tb_dir = args.tensorboard_dir or os.path.join(args.workdir or "demo_out", "tensorboard")
+        for path in fs.find("demo/model"):  # the fake GCS ends with the demo: keep the curves
+            if "/events.out.tfevents." in path:
+                local = os.path.join(tb_dir, os.path.relpath(path, "demo/model"))
+                os.makedirs(os.path.dirname(local), exist_ok=True)
+                fs.get_file(path, local)
+        print(f"  TensorBoard (loss, global_step/sec, examples/sec, infeed/*; eval/): "
+              f"tensorboard --logdir {tb_dir}")
         print("\n$ tpudata head -n 1 gs://demo/imagenet/validation-00000-of-00002")
         sys.stdout.flush()
         cli(["head", "-n", "1", "--values", "4", "gs://demo/imagenet/validation-00000-of-00002"])

@@ -3,6 +3,8 @@ TPUEstimator with 8 replicas -> exact-epoch evaluation."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,7 @@ from tpudata import Dataset, TFRecordDataset, tpu
 from tpudata.cli import main
 
 from fake_gcs.pytest_plugin import fake_gcs_server  # noqa: F401  (fixture)
+from tests.tpu.events import load, series
 
 datasets = pytest.importorskip("sklearn.datasets")
 
@@ -49,14 +52,14 @@ def eval_input_fn(params):
 
 
 def make_estimator(model_dir=None, use_tpu=True):
-    config = tpu.RunConfig(model_dir=model_dir, save_checkpoints_steps=100,
+    config = tpu.RunConfig(model_dir=model_dir, save_checkpoints_steps=100, save_summary_steps=50,
                            tpu_config=tpu.TPUConfig(iterations_per_loop=10, num_shards=8))
     model_fn = tpu.models.softmax_regression(10, feature_key="x", label_key="y", learning_rate=0.5)
     return tpu.TPUEstimator(model_fn, config, use_tpu=use_tpu, train_batch_size=128,
                             eval_batch_size=64, predict_batch_size=64)
 
 
-def test_digits_from_gcs_to_an_eight_replica_tpu(digits_on_gcs):
+def test_digits_from_gcs_to_an_eight_replica_tpu(digits_on_gcs, tmp_path):
     x_test, y_test = digits_on_gcs
     assert TFRecordDataset(tpudata.storage.glob(f"{BUCKET}/data/test-*")).cardinality() == len(y_test)
     est = make_estimator(model_dir=f"{BUCKET}/model")
@@ -70,6 +73,9 @@ def test_digits_from_gcs_to_an_eight_replica_tpu(digits_on_gcs):
     assert result["accuracy"] >= 0.93
     report = est.last_train_report
     assert report.steps == 300 and report.records == 300 * 128
+    if importlib.util.find_spec("tensorboardX") and importlib.util.find_spec("tensorboard"):
+        losses = [v for _, v in series(load(f"{BUCKET}/model", tmp_path), "loss")]  # on gs://
+        assert len(losses) == 6 and losses[-1] < 0.6 * losses[0] and losses.index(min(losses)) >= 3
 
 
 def test_eight_replicas_equal_cpu_on_the_same_global_batches(digits_on_gcs):

@@ -18,8 +18,10 @@ from tpudata.tpu import models, summaries
 
 from fake_gcs.pytest_plugin import fake_gcs_server  # noqa: F401  (fixture)
 
-event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
 pytest.importorskip("tensorboardX")
+
+from tests.tpu.events import load, series  # noqa: E402
 
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((480, 12)).astype(np.float32)
@@ -46,25 +48,8 @@ def estimator(model_dir, model_fn=None, loop=5, every=5, shards=8):
                             train_batch_size=64, eval_batch_size=32)
 
 
-def load(url: str, tmp_path) -> event_accumulator.EventAccumulator:
-    """TensorBoard's loader over the event files at ``url`` (copied here first when remote)."""
-    local = url
-    if not storage.is_local(url):
-        local = tempfile.mkdtemp(prefix="events-", dir=tmp_path)
-        for path in storage.glob(storage.join(url, "events.out.tfevents.*")):
-            with open(os.path.join(local, path.rsplit("/", 1)[-1]), "wb") as f:
-                f.write(storage.read_bytes(path))
-    acc = event_accumulator.EventAccumulator(local, size_guidance={"scalars": 0, "histograms": 0})
-    acc.Reload()
-    return acc
-
-
 def staging() -> set:
     return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("tpudata-events-")}
-
-
-def series(acc, tag):
-    return [(e.step, e.value) for e in acc.Scalars(tag)]
 
 
 def logged_losses(caplog):
