@@ -269,3 +269,38 @@ def test_writer_checks_its_arguments(tmp_path):
     with pytest.raises(ValueError, match="closed"):
         w.scalar("a", 1.0, step=8)
     assert series(load(str(tmp_path / "w"), tmp_path), "a") == [(7, 2.5)]
+
+
+# --- README example starts ---
+def host_fn(loss, labels):                     # [steps in the loop, replicas], [steps, global batch]
+    tpu.summaries.scalar("replica_loss_max", loss.max(axis=1), step=tpu.summaries.steps())
+    tpu.summaries.histogram("labels", labels)  # at the loop's last global step
+# --- README example ends ---
+
+
+@pytest.mark.parametrize("use_tpu", [True, False])
+def test_the_readme_host_call(tmp_path, use_tpu):
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+    source = open(__file__).read().split("# --- README example starts ---\n")[1].split("# ---")[0]
+    assert source in readme
+    assert "host_call=(host_fn, [np.reshape(loss, [1]), labels])" in readme
+    model_fn = with_host_call(models.softmax_regression(4), host_fn,
+                              lambda f, l, spec: [np.reshape(spec.loss, [1]), l])
+    d = str(tmp_path / "m")
+    cfg = tpu.RunConfig(model_dir=d, tpu_config=tpu.TPUConfig(iterations_per_loop=5, num_shards=8))
+    tpu.TPUEstimator(model_fn, cfg, use_tpu=use_tpu, train_batch_size=64).train(train_input, steps=10)
+    acc = load(d, tmp_path)
+    assert [s for s, _ in series(acc, "replica_loss_max")] == list(range(1, 11))
+    assert [(h.step, h.histogram_value.num) for h in acc.Histograms("labels")] == [(5, 320), (10, 320)]
+    assert acc.Tags()["scalars"] == ["replica_loss_max"]  # 10 steps < save_summary_steps=100
+
+
+def test_event_files_roll_over_and_read_back_in_order(tmp_path, memfs):
+    url = "memory://roll/logs"
+    with summaries.SummaryWriter(url, max_file_bytes=150) as w:
+        for step in range(1, 13):
+            w.scalar("a", step / 2, step)
+            w.flush()  # a file over 150 bytes is finished; the next point starts a new one
+    names = storage.glob(storage.join(url, "events.out.tfevents.*"))
+    assert len(names) >= 3 and names == sorted(names)
+    assert series(load(url, tmp_path), "a") == [(s, s / 2) for s in range(1, 13)]
