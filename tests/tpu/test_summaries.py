@@ -238,6 +238,14 @@ def test_host_call_tensors_keep_a_batch_dimension(tmp_path):
         estimator(None, model_fn).train(train_input, steps=5)
     with pytest.raises(RuntimeError, match="inside a host_call function"):
         summaries.scalar("x", 1.0)
+    calls = iter(range(1000))  # 8 replica calls a step: rows of 1, then 2 values per replica
+    growing = with_host_call(models.softmax_regression(4), lambda t: None,
+                             lambda f, l: [np.zeros(1 + next(calls) // 8)])
+    with pytest.raises(ValueError, match=r"tensor 0 changes shape between steps \(\[\(8,\), \(16,\)"):
+        estimator(None, growing).train(train_input, steps=5)
+    bare = with_host_call(models.softmax_regression(4), None, lambda f, l: [l])
+    with pytest.raises(TypeError, match="host_call must be \\(fn, tensors\\)"):
+        estimator(None, bare).train(train_input, steps=5)
 
 
 # -- without the writer ---------------------------------------------------------------------------

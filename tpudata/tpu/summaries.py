@@ -138,26 +138,24 @@ class SummaryWriter:
 
     def scalar(self, tag: str, value, step=None) -> None:
         """Write ``value`` (a number) at ``step``; or one value per step of a sequence of steps."""
-        if not self.enabled:
-            return
         points = self._points(np.asarray(value) if np.ndim(step) else value, step)
         for s, v in points:
             if np.size(v) != 1:
                 raise ValueError(f"scalar {tag!r} needs one number per step, got shape "
                                  f"{np.shape(v)}")
-            self._summary(self._tbx[0].scalar(tag, float(np.asarray(v).reshape(()))), s)
+            if self.enabled:
+                self._summary(self._tbx[0].scalar(tag, float(np.asarray(v).reshape(()))), s)
 
     def histogram(self, tag: str, values, step=None, bins: int = 30) -> None:
         """Write the distribution of ``values`` at ``step``; or of each row at each of ``step``."""
-        if not self.enabled:
-            return
         for s, v in self._points(np.asarray(values), step):
             v = np.asarray(v, np.float64).reshape(-1)
             if v.size == 0:
                 raise ValueError(f"histogram {tag!r} at step {s} has no values")
             if not np.isfinite(v).all():
                 raise ValueError(f"histogram {tag!r} at step {s} has NaN or infinite values")
-            self._summary(self._tbx[0].histogram(tag, v, bins=bins), s)
+            if self.enabled:
+                self._summary(self._tbx[0].histogram(tag, v, bins=bins), s)
 
     def flush(self) -> None:
         """Make everything written so far visible under ``logdir`` (uploaded whole if remote)."""
@@ -173,6 +171,8 @@ class SummaryWriter:
         if os.path.getsize(self._path) >= self.max_file_bytes:  # roll: bounded uploads
             self._file.close()
             self._file = None
+            if self._stage is not None:
+                os.remove(self._path)
 
     def close(self) -> None:
         if self.closed:
@@ -255,11 +255,10 @@ class Recorder:
         self.writer = SummaryWriter(logdir)
         self.every = every or 0
         self._window = LoopReport(loops=0)
-        self._losses: list[float] = []
+        self._loss_sum = 0.0
         self._host_fn: Callable | None = None
         self._host_rows: list = []
         self._host_structure: tuple = (None, False)
-        self.points: list[dict] = []  # what was written, for the log and tests
 
     # host_call ----------------------------------------------------------------------------------
     def host_call_step(self, per_replica: list) -> None:
@@ -281,8 +280,14 @@ class Recorder:
             return
         fn, rows = self._host_fn, self._host_rows
         self._host_rows = []
-        stacked = [np.stack([r[i] for r in rows]) for i in range(len(rows[0]))]
         keys, many = self._host_structure
+        stacked = []
+        for i in range(len(rows[0])):
+            shapes = {r[i].shape for r in rows}
+            if len(shapes) > 1:
+                raise ValueError(f"host_call {_name(fn)}: tensor {keys[i] if keys else i!r} changes "
+                                 f"shape between steps ({sorted(shapes)}); give it a fixed shape")
+            stacked.append(np.stack([r[i] for r in rows]))
         self.writer.default_step = global_step
         self.writer.steps = np.arange(global_step - len(rows) + 1, global_step + 1, dtype=np.int64) \
             if row_steps is None else np.asarray(row_steps, np.int64)
@@ -309,7 +314,7 @@ class Recorder:
         self.run_host_call(global_step)
         if report.steps:
             self._window = self._window + report
-            self._losses.extend([loss] * report.steps)
+            self._loss_sum += loss * report.steps
         if self.every and self._window.steps and global_step // self.every > first_step // self.every:
             self._write_window(global_step)
         self.writer.flush()
@@ -317,7 +322,7 @@ class Recorder:
     def _write_window(self, global_step: int) -> None:
         w = self._window
         point = {
-            "loss": float(np.mean(self._losses)),
+            "loss": self._loss_sum / w.steps,
             "global_step/sec": w.steps / w.wall_seconds if w.wall_seconds else 0.0,
             "examples/sec": w.records / w.wall_seconds if w.wall_seconds else 0.0,
             "infeed/device_seconds": w.device_seconds,
@@ -328,8 +333,7 @@ class Recorder:
         }
         for tag, value in point.items():
             self.writer.scalar(tag, value, global_step)
-        self.points.append(dict(point, step=global_step))
-        self._window, self._losses = LoopReport(loops=0), []
+        self._window, self._loss_sum = LoopReport(loops=0), 0.0
 
     def on_eval(self, result: dict, global_step: int) -> None:
         """Evaluation at ``global_step`` finished: run the host_call once over all its steps
