@@ -194,6 +194,8 @@ def test_host_call_gathers_replicas_and_runs_once_per_loop_over_stacked_steps(tm
     assert [h.step for h in hist] == [5, 10, 15]
     assert [h.histogram_value.num for h in hist] == [40, 40, 40]
     assert [h.histogram_value.max for h in hist] == pytest.approx([c[1].max() for c in calls])
+    assert [h.histogram_value.sum for h in hist] == pytest.approx([c[1].sum() for c in calls])
+    assert [sum(h.histogram_value.bucket) for h in hist] == [40, 40, 40]
 
 
 def test_host_call_with_a_dict_in_evaluate_and_without_model_dir(tmp_path):
