@@ -66,6 +66,7 @@ class TPUEstimator:
         self.signature: dict[str, Signature] = {}
         self.infeed_reports: list[LoopReport] = []
         self._restored_from: str | None = None
+        self._recorder: summaries.Recorder | None = None
 
     # -- inputs ----------------------------------------------------------------------------------
     def _input(self, input_fn: Callable, mode: str, partial: bool = False) -> Infeed:
@@ -119,6 +120,8 @@ class TPUEstimator:
                 raise TypeError("model_fn must return a TPUEstimatorSpec")
             specs.append(spec)
         self.store.frozen = True
+        if self._recorder is not None:  # train()/evaluate() summaries: loss and host_call
+            self._recorder.step(specs)
         return specs
 
     def _simulate_device(self, started: float) -> None:
@@ -174,8 +177,9 @@ class TPUEstimator:
         loop_size = self.config.tpu_config.iterations_per_loop
         self.signature.pop(ModeKeys.TRAIN, None)  # every call compiles a new program
         infeed = self._input(input_fn, ModeKeys.TRAIN)
-        recorder = summaries.for_training(self.config.model_dir, self.config.save_summary_steps)
         total = LoopReport(loops=0)
+        recorder = self._recorder = summaries.for_training(self.config.model_dir,
+                                                           self.config.save_summary_steps)
         try:
             ended = False
             while self.global_step < target and not ended:
@@ -189,9 +193,7 @@ class TPUEstimator:
                         ended = True
                         break
                     t0 = time.perf_counter()
-                    specs = self._run_replicas(ModeKeys.TRAIN, batches)
-                    losses.append(self._apply(specs))
-                    recorder.host_call_step([s.host_call for s in specs])
+                    losses.append(self._apply(self._run_replicas(ModeKeys.TRAIN, batches)))
                     self._simulate_device(t0)
                     report.device_seconds += time.perf_counter() - t0
                     report.steps += 1
@@ -206,14 +208,14 @@ class TPUEstimator:
                     self.infeed_reports.append(report)
                     logger.info("step %d: loss %.5f; infeed %s", self.global_step,
                                 float(np.mean(losses)), report.summary())
-                recorder.on_loop(self.global_step, float(np.mean(losses)) if losses else float("nan"),
-                                 report, start_step)
                 if every and self.global_step // every > start_step // every:
                     self.save_checkpoint()
+                recorder.on_loop(self.global_step, report, start_step)
                 if ended:
                     logger.warning("input ended at global step %d, before %d", self.global_step, target)
         finally:
             infeed.close()
+            self._recorder = None
             recorder.close()
         if self.config.model_dir:
             self.save_checkpoint()
@@ -233,7 +235,7 @@ class TPUEstimator:
         self._restore_latest()
         self.signature.pop(ModeKeys.EVAL, None)
         infeed = self._input(input_fn, ModeKeys.EVAL, partial=True)
-        recorder = summaries.for_eval(self.config.model_dir, name)
+        recorder = self._recorder = summaries.for_eval(self.config.model_dir, name)
         metrics: dict[str, Metric] = {}
         loss_total, examples, done = 0.0, 0.0, 0
         try:
@@ -244,7 +246,6 @@ class TPUEstimator:
                 if len(batches) < self.num_replicas:
                     batches = self._pad_missing_replicas(batches)
                 specs = self._run_replicas(ModeKeys.EVAL, batches)
-                recorder.host_call_step([s.host_call for s in specs])
                 real = [self._real_rows(f) for f, _ in batches]
                 examples += sum(real)
                 loss_total += sum(float(s.loss) * w for s, w in zip(specs, real) if w)
@@ -260,6 +261,7 @@ class TPUEstimator:
                 done += 1
         finally:
             infeed.close()
+            self._recorder = None
         result = {k: m.result() for k, m in metrics.items()}
         result.update(loss=loss_total / examples if examples else float("nan"),
                       examples=int(round(examples)), global_step=self.global_step, steps=done)

@@ -236,8 +236,9 @@ def _host_call_fn(host_call) -> Callable:
     return host_call[0]
 
 
-def _gather(per_replica: list, fn_name: str):
-    """One step's host_call tensors: every replica's, concatenated on the batch dimension."""
+def _gather(per_replica: list, fn_name: str, stacked: bool = False):
+    """One step's host_call tensors: every replica's, concatenated on the batch dimension (or,
+    ``stacked``, one loop's already gathered tensors)."""
     first = per_replica[0]
     if isinstance(first, dict):
         keys, values = list(first), [[np.asarray(t[k]) for k in first] for t in per_replica]
@@ -248,7 +249,7 @@ def _gather(per_replica: list, fn_name: str):
     out = []
     for i in range(len(values[0])):
         parts = [v[i] for v in values]
-        if parts[0].ndim == 0:
+        if parts[0].ndim < 1 + stacked:
             name = keys[i] if keys else i
             raise ValueError(
                 f"host_call {fn_name}: tensor {name!r} is a scalar; all tensors sent to the host "
@@ -265,9 +266,16 @@ class Recorder:
         self.every = every or 0
         self._window = LoopReport(loops=0)
         self._loss_sum = 0.0
+        self._step_losses: list[float] = []
         self._host_fn: Callable | None = None
         self._host_rows: list = []
         self._host_structure: tuple = (None, False)
+
+    def step(self, specs: list) -> None:
+        """One step's replica specs (TPUEstimatorSpec): their mean loss and host_call."""
+        if all(s.loss is not None for s in specs):
+            self._step_losses.append(float(np.mean([float(s.loss) for s in specs])))
+        self.host_call_step([s.host_call for s in specs])
 
     # host_call ----------------------------------------------------------------------------------
     def host_call_step(self, per_replica: list) -> None:
@@ -317,9 +325,25 @@ class Recorder:
             _current.reset(token)
 
     # the automatic scalars --------------------------------------------------------------------
-    def on_loop(self, global_step: int, loss: float, report: LoopReport, first_step: int) -> None:
-        """A loop that started at ``first_step`` ended at ``global_step`` (``loss``: its mean step
-        loss): run the host_call, write the automatic scalars when due, flush."""
+    def host_call_steps(self, host_call) -> None:
+        """A whole loop's ``host_call`` at once, from a backend that gathers it on the device:
+        ``(fn, tensors)`` with every tensor already ``[steps, global batch, ...]``."""
+        fn = self._host_fn = _host_call_fn(host_call)
+        keys, many, stacked = _gather([host_call[1]], _name(fn), stacked=True)
+        self._host_structure = (keys, many)
+        self._host_rows.extend([list(row) for row in zip(*stacked)])
+
+    def on_loop(self, global_step: int, report: LoopReport, first_step: int,
+                loss: float | None = None) -> None:
+        """A loop that started at ``first_step`` ended at ``global_step``: run the host_call,
+        write the automatic scalars when due, flush. The loop's mean step loss is ``loss``, else
+        ``report.loss`` where the backend fills it, else the mean of the steps seen by
+        :meth:`step`."""
+        if loss is None:
+            loss = getattr(report, "loss", None)
+        if loss is None or np.isnan(loss):
+            loss = float(np.mean(self._step_losses)) if self._step_losses else float("nan")
+        self._step_losses = []
         self.run_host_call(global_step)
         if report.steps:
             self._window = self._window + report
