@@ -6,8 +6,7 @@
 3. convert it with imagenet_to_gcs straight to gs://demo/imagenet,
 4. stream the shards from gs:// through a tpudata Dataset (interleave, shuffle, parse, decode and
    downsize the JPEGs, batch) into the numpy TPU executor (8 replicas, loops of 10 steps),
-5. print the infeed report, the evaluation of an exact epoch and where the shards are, copy the
-   TensorBoard event files out of the fake gs:// and print the `tensorboard --logdir` command.
+5. print the infeed report, the evaluation of an exact epoch and where the shards are.
 """
 
 from __future__ import annotations
@@ -72,12 +71,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--per-class", type=int, default=60, help="training images per synset")
     ap.add_argument("--validation", type=int, default=100)
+    ap.add_argument("--tensorboard-dir", default=None, help="copy the run's TensorBoard event files "
+                    "here (default: WORKDIR/tensorboard, or demo_out/tensorboard without --workdir)")
     ap.add_argument("--steps", type=int, default=120)
     ap.add_argument("--step-ms", type=float, default=25.0,
                     help="simulated device time per step (a real model's step on the accelerator)")
     ap.add_argument("--workdir", default=None, help="keep the generated images here")
-    ap.add_argument("--tensorboard-dir", default=None, help="copy the run's event files here "
-                    "(default: WORKDIR/tensorboard, or demo_out/tensorboard without --workdir)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="  %(message)s")
     logging.getLogger("tpudata.tpu.estimator").setLevel(logging.INFO)

@@ -8,18 +8,19 @@ import tempfile
 from tpudata import storage
 
 
-def load(url: str, tmp_path):
-    """An ``EventAccumulator`` over the event files at ``url`` (copied to ``tmp_path`` if remote)."""
+def load(url: str):
+    """An ``EventAccumulator`` loaded with the event files at ``url`` (copied first if remote)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    local = url
-    if not storage.is_local(url):
-        local = tempfile.mkdtemp(prefix="events-", dir=tmp_path)
-        for path in storage.glob(storage.join(url, "events.out.tfevents.*")):
-            with open(os.path.join(local, path.rsplit("/", 1)[-1]), "wb") as f:
-                f.write(storage.read_bytes(path))
-    acc = EventAccumulator(local, size_guidance={"scalars": 0, "histograms": 0})
-    acc.Reload()
+    with tempfile.TemporaryDirectory(prefix="tpudata-test-events-") as local:
+        if storage.is_local(url):
+            local = url
+        else:
+            for path in storage.glob(storage.join(url, "events.out.tfevents.*")):
+                with open(os.path.join(local, path.rsplit("/", 1)[-1]), "wb") as f:
+                    f.write(storage.read_bytes(path))
+        acc = EventAccumulator(local, size_guidance={"scalars": 0, "histograms": 0})
+        acc.Reload()  # reads everything into memory
     return acc
 
 

@@ -61,7 +61,7 @@ def logged_losses(caplog):
 def test_train_writes_what_tpuestimator_records_and_the_infeed_report(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="tpudata.tpu.estimator")
     est = estimator(str(tmp_path / "model")).train(train_input, steps=20)
-    acc = load(str(tmp_path / "model"), tmp_path)
+    acc = load(str(tmp_path / "model"))
     assert set(acc.Tags()["scalars"]) == AUTOMATIC
     logged = logged_losses(caplog)
     assert sorted(logged) == [5, 10, 15, 20]
@@ -88,7 +88,7 @@ def test_train_writes_what_tpuestimator_records_and_the_infeed_report(tmp_path, 
 def test_save_summary_steps_spans_loops_and_none_turns_them_off(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="tpudata.tpu.estimator")
     est = estimator(str(tmp_path / "m"), every=10).train(train_input, steps=30)
-    acc = load(str(tmp_path / "m"), tmp_path)
+    acc = load(str(tmp_path / "m"))
     logged = logged_losses(caplog)
     assert [s for s, _ in series(acc, "loss")] == [10, 20, 30]
     for step, value in series(acc, "loss"):  # the mean over both 5-step loops of the window
@@ -97,7 +97,7 @@ def test_save_summary_steps_spans_loops_and_none_turns_them_off(tmp_path, caplog
     np.testing.assert_allclose([v for _, v in series(acc, "infeed/records_per_sec")],
                                [p.records_per_second for p in pairs], rtol=1e-6)
     estimator(str(tmp_path / "off"), every=None).train(train_input, steps=10)
-    assert load(str(tmp_path / "off"), tmp_path).Tags()["scalars"] == []
+    assert load(str(tmp_path / "off")).Tags()["scalars"] == []
     assert os.path.exists(tmp_path / "off" / "checkpoint")
 
 
@@ -106,7 +106,7 @@ def test_a_resumed_run_appends_a_new_event_file(tmp_path):
     estimator(d).train(train_input, steps=10)
     estimator(d).train(train_input, steps=10)  # restores step 10, goes on to 20
     assert len([n for n in os.listdir(d) if n.startswith("events.out.tfevents.")]) == 2
-    assert [s for s, _ in series(load(d, tmp_path), "loss")] == [5, 10, 15, 20]
+    assert [s for s, _ in series(load(d), "loss")] == [5, 10, 15, 20]
 
 
 @pytest.mark.parametrize("where", ["memory", "gcs"])
@@ -120,16 +120,16 @@ def test_event_files_on_remote_storage_are_uploaded_at_every_flush(where, reques
 
     def host_fn(labels):  # runs at each loop end: the previous loops are already uploaded
         files = storage.glob(storage.join(model_dir, "events.out.tfevents.*"))
-        steps = [s for s, _ in series(load(model_dir, tmp_path), "loss")] if files else []
+        steps = [s for s, _ in series(load(model_dir), "loss")] if files else []
         seen_mid_run.append(steps)
 
     est = estimator(model_dir, with_host_call(models.softmax_regression(4), host_fn, lambda f, l: [l]))
     est.train(train_input, steps=15)
     assert seen_mid_run == [[], [5], [5, 10]]
-    acc = load(model_dir, tmp_path)
+    acc = load(model_dir)
     assert [s for s, _ in series(acc, "loss")] == [5, 10, 15]
     result = est.evaluate(eval_input)
-    evals = load(storage.join(model_dir, "eval"), tmp_path)
+    evals = load(storage.join(model_dir, "eval"))
     assert series(evals, "accuracy") == [(15, pytest.approx(result["accuracy"], rel=1e-6))]
     assert staging() == before  # the local staging files are gone
 
@@ -141,12 +141,12 @@ def test_evaluate_writes_its_metrics_under_eval_and_eval_name(tmp_path):
     est.train(train_input, steps=10)
     second = est.evaluate(eval_input)
     named = est.evaluate(eval_input, name="holdout")
-    acc = load(os.path.join(d, "eval"), tmp_path)
+    acc = load(os.path.join(d, "eval"))
     assert set(acc.Tags()["scalars"]) == {"accuracy", "loss", "examples", "steps"}
     for tag in ("accuracy", "loss", "examples"):
         assert series(acc, tag) == [(10, pytest.approx(first[tag], rel=1e-6)),
                                     (20, pytest.approx(second[tag], rel=1e-6))]
-    assert series(load(os.path.join(d, "eval_holdout"), tmp_path), "accuracy") == [
+    assert series(load(os.path.join(d, "eval_holdout")), "accuracy") == [
         (20, pytest.approx(named["accuracy"], rel=1e-6))]
     assert first["examples"] == 100
 
@@ -185,7 +185,7 @@ def test_host_call_gathers_replicas_and_runs_once_per_loop_over_stacked_steps(tm
             np.testing.assert_array_equal(labels[i], np.concatenate(batches[(5 * k + i) * 8:][:8]))
         assert steps.tolist() == list(range(5 * k + 1, 5 * k + 6))
         assert loss.mean() == pytest.approx(logged_losses(caplog)[5 * k + 5], rel=1e-9)
-    acc = load(d, tmp_path)
+    acc = load(d)
     got = series(acc, "host/mean_label")
     assert [s for s, _ in got] == list(range(1, 16))
     np.testing.assert_allclose([v for _, v in got], np.concatenate([c[0].mean(axis=1) for c in calls]),
@@ -212,7 +212,7 @@ def test_host_call_with_a_dict_in_evaluate_and_without_model_dir(tmp_path):
     calls.clear()
     est.evaluate(eval_input)  # 100 rows in 4 steps of 8 x 4 (the last padded)
     assert calls == [((4, 32), 128.0, [5, 5, 5, 5])]
-    assert series(load(os.path.join(d, "eval"), tmp_path), "eval_host/real_rows") == [(5, 128.0)]
+    assert series(load(os.path.join(d, "eval")), "eval_host/real_rows") == [(5, 128.0)]
     calls.clear()
     estimator(None, model_fn).train(train_input, steps=10)  # no model_dir: runs, writes nothing
     assert [c[0] for c in calls] == [(5, 64), (5, 64)]
@@ -278,7 +278,7 @@ def test_writer_checks_its_arguments(tmp_path):
         w.scalar("a", 2.5, step=7)
     with pytest.raises(ValueError, match="closed"):
         w.scalar("a", 1.0, step=8)
-    assert series(load(str(tmp_path / "w"), tmp_path), "a") == [(7, 2.5)]
+    assert series(load(str(tmp_path / "w")), "a") == [(7, 2.5)]
 
 
 # --- README example starts ---
@@ -299,7 +299,7 @@ def test_the_readme_host_call(tmp_path, use_tpu):
     d = str(tmp_path / "m")
     cfg = tpu.RunConfig(model_dir=d, tpu_config=tpu.TPUConfig(iterations_per_loop=5, num_shards=8))
     tpu.TPUEstimator(model_fn, cfg, use_tpu=use_tpu, train_batch_size=64).train(train_input, steps=10)
-    acc = load(d, tmp_path)
+    acc = load(d)
     assert [s for s, _ in series(acc, "replica_loss_max")] == list(range(1, 11))
     assert [(h.step, h.histogram_value.num) for h in acc.Histograms("labels")] == [(5, 320), (10, 320)]
     assert acc.Tags()["scalars"] == ["replica_loss_max"]  # 10 steps < save_summary_steps=100
@@ -313,4 +313,4 @@ def test_event_files_roll_over_and_read_back_in_order(tmp_path, memfs):
             w.flush()  # a file over 150 bytes is finished; the next point starts a new one
     names = storage.glob(storage.join(url, "events.out.tfevents.*"))
     assert len(names) >= 3 and names == sorted(names)
-    assert series(load(url, tmp_path), "a") == [(s, s / 2) for s in range(1, 13)]
+    assert series(load(url), "a") == [(s, s / 2) for s in range(1, 13)]

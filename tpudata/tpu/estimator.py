@@ -63,10 +63,10 @@ class TPUEstimator:
         self.store = VariableStore(self.num_replicas, self.config.tf_random_seed)
         self.slots: list[dict] = [{} for _ in range(self.num_replicas)]
         self.global_step = 0
+        self._recorder: summaries.Recorder | None = None  # summaries of the running train/evaluate
         self.signature: dict[str, Signature] = {}
         self.infeed_reports: list[LoopReport] = []
         self._restored_from: str | None = None
-        self._recorder: summaries.Recorder | None = None
 
     # -- inputs ----------------------------------------------------------------------------------
     def _input(self, input_fn: Callable, mode: str, partial: bool = False) -> Infeed:
