@@ -94,7 +94,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--logdir", default=None, help="event files to show (default: run the demo)")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "tensorboard.png"))
-    ap.add_argument("--tags", default="^(loss|examples/sec|infeed/input_bound_percent|infeed/wait_seconds)$",
+    ap.add_argument("--tags",
+                    default="^(loss|examples/sec|infeed/input_bound_percent|infeed/wait_seconds)$",
                     help="regular expression of the scalar tags to show")
     ap.add_argument("--window", default="1400x800", help="browser window, WIDTHxHEIGHT")
     ap.add_argument("--width", type=int, default=1000, help="width of the saved PNG")

@@ -223,7 +223,8 @@ def test_host_call_errors_surface_with_the_functions_traceback(tmp_path):
         return {}["missing"]
 
     model_fn = with_host_call(models.softmax_regression(4), broken_host_fn, lambda f, l: [l])
-    with pytest.raises(HostCallError, match="broken_host_fn failed on the host at global step 5") as info:
+    with pytest.raises(HostCallError,
+                       match="broken_host_fn failed on the host at global step 5") as info:
         estimator(str(tmp_path / "m"), model_fn).train(train_input, steps=20)
     err = info.value
     assert isinstance(err, RuntimeError) and err.step == 5 and err.fn_name.endswith("broken_host_fn")
@@ -236,7 +237,8 @@ def test_host_call_errors_surface_with_the_functions_traceback(tmp_path):
 def test_host_call_tensors_keep_a_batch_dimension(tmp_path):
     model_fn = with_host_call(models.softmax_regression(4), lambda loss: None,
                               lambda f, l, spec: [np.float32(spec.loss)])
-    with pytest.raises(ValueError, match=r"tensor 0 is a scalar.*reshape it to \[1\]"):
+    with pytest.raises(ValueError,
+                       match=r"tensor 0 has no batch dimension \(shape \(\)\).*reshape scalars to \[1\]"):
         estimator(None, model_fn).train(train_input, steps=5)
     with pytest.raises(RuntimeError, match="inside a host_call function"):
         summaries.scalar("x", 1.0)
@@ -314,3 +316,25 @@ def test_event_files_roll_over_and_read_back_in_order(tmp_path, memfs):
     names = storage.glob(storage.join(url, "events.out.tfevents.*"))
     assert len(names) >= 3 and names == sorted(names)
     assert series(load(url), "a") == [(s, s / 2) for s in range(1, 13)]
+
+
+def test_a_backend_that_gathers_a_whole_loop_on_the_device(tmp_path):
+    """The contract another backend uses: a loop's host_call already stacked, its loss given."""
+    seen = []
+
+    def fn(x, y):
+        seen.append((x.copy(), y.copy(), summaries.steps().tolist()))
+        summaries.scalar("x0", x[:, 0], step=summaries.steps())
+
+    recorder = summaries.for_training(str(tmp_path / "m"), 3)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)  # [3 steps, global batch 4]
+    recorder.host_call_steps((fn, (x, x * 2)))
+    recorder.on_loop(3, tpu.LoopReport(steps=3, records=12, wall_seconds=0.5), 0, loss=0.25)
+    with pytest.raises(ValueError, match=r"no batch dimension \(shape \(3,\)\)"):
+        recorder.host_call_steps((fn, [np.zeros(3)]))  # [steps] only: no batch dimension
+    recorder.close()
+    assert len(seen) == 1 and seen[0][2] == [1, 2, 3]
+    np.testing.assert_array_equal(seen[0][1], x * 2)
+    acc = load(str(tmp_path / "m"))
+    assert series(acc, "x0") == [(1, 0.0), (2, 4.0), (3, 8.0)]
+    assert series(acc, "loss") == [(3, 0.25)] and series(acc, "examples/sec") == [(3, 24.0)]

@@ -252,8 +252,8 @@ def _gather(per_replica: list, fn_name: str, stacked: bool = False):
         if parts[0].ndim < 1 + stacked:
             name = keys[i] if keys else i
             raise ValueError(
-                f"host_call {fn_name}: tensor {name!r} is a scalar; all tensors sent to the host "
-                "keep a batch dimension (reshape it to [1])")
+                f"host_call {fn_name}: tensor {name!r} has no batch dimension (shape "
+                f"{parts[0].shape}); all tensors sent to the host keep one (reshape scalars to [1])")
         out.append(np.concatenate(parts))
     return keys, isinstance(first, (list, tuple)) or isinstance(first, dict), out
 
