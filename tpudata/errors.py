@@ -60,10 +60,6 @@ class UnsupportedDtypeError(TpuDataError, TypeError):
     """A dtype the target (e.g. the TPU executor) does not support."""
 
 
-class StorageError(TpuDataError, OSError):
-    """A storage URL that cannot be opened, listed or written."""
-
-
 class HostCallError(TpuDataError, RuntimeError):
     """A ``host_call`` function that raised on the host; the original error is ``__cause__``
     (its traceback is shown above this one), ``fn_name`` the function, ``step`` the global step."""
@@ -72,6 +68,10 @@ class HostCallError(TpuDataError, RuntimeError):
         self.fn_name = fn_name
         self.step = step
         super().__init__(message)
+
+
+class StorageError(TpuDataError, OSError):
+    """A storage URL that cannot be opened, listed or written."""
 
 
 __all__ = [
