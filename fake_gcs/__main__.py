@@ -9,6 +9,7 @@ import sys
 import threading
 
 from fake_gcs.app import Limits
+from fake_gcs.errors import GCSError
 from fake_gcs.knobs import Knobs
 from fake_gcs.server import FakeGCSServer
 
@@ -20,6 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=4443, help="port (0 picks a free one; default 4443)")
     p.add_argument("--data-dir", help="keep objects on disk here (default: in memory)")
+    p.add_argument("--bucket", action="append", default=[], metavar="NAME",
+                   help="create this bucket at start unless it exists (repeatable)")
     p.add_argument("--max-object-size", type=int, default=Limits().max_object_size, help="bytes")
     g = p.add_argument_group("realism knobs")
     g.add_argument("--latency-ms", type=float, default=0.0, help="first-byte latency")
@@ -47,6 +50,12 @@ def main(argv: list[str] | None = None) -> int:
         server = FakeGCSServer(
             args.host, args.port, args.data_dir, knobs=knobs, max_object_size=args.max_object_size
         )
+        for name in args.bucket:
+            if name not in server.store.buckets:
+                server.store.create_bucket(name, {})
+    except GCSError as exc:
+        print(f"fake_gcs: --bucket: {exc.message}", file=sys.stderr)
+        return 2
     except (ValueError, OSError) as exc:
         print(f"fake_gcs: {exc}", file=sys.stderr)
         return 2

@@ -92,3 +92,52 @@ def test_console_script_runs():
     proc = subprocess.run([sys.executable, "-m", "tpudata.cli", "--version"],
                           capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("tpudata ")
+
+
+def _subcommands(parser):
+    """Every (sub)command path of an argparse parser, e.g. ("convert", "imagenet")."""
+    import argparse
+
+    out = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out.append((name,))
+                out += [(name,) + rest for rest in _subcommands(sub)]
+    return out
+
+
+def test_every_subcommand_has_working_help(capsys):
+    from tpudata.cli import build_parser
+
+    paths = _subcommands(build_parser())
+    assert ("bench",) in paths and ("bench", "infeed") in paths and ("convert", "imagenet") in paths
+    for path in [()] + paths:
+        with pytest.raises(SystemExit) as exit_:
+            main([*path, "--help"])
+        assert exit_.value.code == 0, path
+        out = capsys.readouterr().out
+        assert out.startswith("usage: tpudata"), (path, out[:200])
+
+
+def _encode(i):
+    return tpudata.encode_example({"y": i})
+
+
+def test_verify_skips_manifests_a_glob_picks_up(tmp_path, capsys):
+    out = str(tmp_path / "ds")
+    items = list(range(12))
+    tpudata.build_shards(items, _encode, out, "train", num_shards=2, workers=1, progress=False)
+    assert os.path.exists(os.path.join(out, "train.manifest.json"))
+    assert main(["verify", os.path.join(out, "*")]) == 0
+    err = capsys.readouterr().err
+    assert "skipping 1 file(s) that are not TFRecords by name: train.manifest.json" in err
+    assert "ok: 12 good records in 2 file(s)" in err
+    assert main(["count", os.path.join(out, "*")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("12\ttotal (2 files)")
+    # a manifest named explicitly is read, and reported as what it is
+    assert main(["verify", os.path.join(out, "train.manifest.json")]) == 1
+    with pytest.raises(tpudata.StorageError, match="matches only manifests"):
+        from tpudata.commands.records import _files
+
+        _files(type("A", (), {"paths": [os.path.join(out, "*.json")]}))

@@ -118,7 +118,7 @@ def test_spec_validation():
         FixedLenFeature([], np.int64, 1.5)
     with pytest.raises(SpecError):
         tpudata.parse_examples([b""], {})
-    with pytest.raises(SpecError, match="FixedLenFeature or VarLenFeature"):
+    with pytest.raises(SpecError, match="expected FixedLenFeature, VarLenFeature"):
         tpudata.parse_examples([b""], {"a": np.float32})
 
 

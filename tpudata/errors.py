@@ -52,6 +52,19 @@ class InvalidExampleError(TpuDataError, ValueError):
     """A record that is not a well-formed tf.train.Example / SequenceExample protocol buffer."""
 
 
+class DecodeError(TpuDataError, ValueError):
+    """Bytes that cannot be decoded as asked (e.g. ``decode_raw`` lengths); ``index`` names the
+    element when known."""
+
+    def __init__(self, message: str, index: int | None = None):
+        self.message = message
+        self.index = index
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.index))
+
+
 class StaticShapeError(TpuDataError, ValueError):
     """A tensor whose shape differs from the static shape fixed earlier."""
 
@@ -77,6 +90,7 @@ class StorageError(TpuDataError, OSError):
 __all__ = [
     "CorruptRecordError",
     "DataLossError",
+    "DecodeError",
     "HostCallError",
     "InvalidExampleError",
     "SpecError",

@@ -196,6 +196,11 @@ def glob(pattern: str, **storage_options) -> list[str]:
     return sorted(_full_url(fs, p, pattern) for p in found)
 
 
+def has_glob(pattern: str) -> bool:
+    """Whether ``pattern`` is a glob (``*``, ``?`` or ``[``) rather than one path or URL."""
+    return _protocol(pattern) not in ("http", "https") and bool(_GLOB_CHARS & set(pattern))
+
+
 def expand(patterns: str | Iterable[str], **storage_options) -> list[str]:
     """Expand a path/URL or glob, or a list of them, into files; no match raises StorageError."""
     if isinstance(patterns, (str, os.PathLike)):

@@ -87,3 +87,27 @@ def test_cli_without_data_dir_is_in_memory_and_rejects_bad_flags(tmp_path):
         timeout=30,
     )
     assert bad.returncode == 2 and "error_rate" in bad.stderr
+
+
+def test_cli_creates_buckets_at_start(tmp_path):
+    data = str(tmp_path / "data")
+    proc, url = _start("--bucket", "alpha", "--bucket", "beta", "--data-dir", data)
+    try:
+        raw = Raw(url)
+        names = [b["name"] for b in raw.json("GET", "/storage/v1/b?project=p")[2]["items"]]
+        assert names == ["alpha", "beta"]
+        upload(raw, "x.bin", b"kept", bucket="alpha")
+        raw.close()
+    finally:
+        _stop(proc)
+    proc, url = _start("--bucket", "alpha", "--data-dir", data)   # exists already: kept as is
+    try:
+        raw = Raw(url)
+        assert raw("GET", object_path("x.bin", "alpha") + "?alt=media")[2] == b"kept"
+        raw.close()
+    finally:
+        _stop(proc)
+    env = dict(os.environ, PYTHONPATH=REPO)
+    bad = subprocess.run([sys.executable, "-m", "fake_gcs", "--port", "0", "--bucket", "Bad_Name!"],
+                         capture_output=True, text=True, env=env, timeout=30)
+    assert bad.returncode == 2 and "--bucket" in bad.stderr and "Bad_Name!" in bad.stderr

@@ -10,7 +10,7 @@ import numpy as np
 from tqdm import tqdm
 
 from tpudata import storage
-from tpudata.errors import DataLossError, InvalidExampleError
+from tpudata.errors import DataLossError, InvalidExampleError, StorageError
 from tpudata.example import wire
 from tpudata.example.codec import decode_example, decode_sequence_example
 from tpudata.tfrecord import framing
@@ -26,8 +26,27 @@ def _common(p) -> None:
                    help="default: detected from the data")
 
 
+# files a shard directory holds beside its TFRecords: build manifests and journals, index files
+_SIDECARS = (".manifest.json", ".manifest.partial.json", ".idx")
+
+
 def _files(args) -> list[str]:
-    return storage.expand(args.paths)
+    """Files named by the arguments. What a glob picks up that is a tpudata sidecar by name
+    (a manifest, a build journal, an index file) is skipped with a note; a file named
+    explicitly is always read."""
+    out, skipped = [], []
+    for pattern in args.paths:
+        found = storage.expand(pattern)
+        if storage.has_glob(pattern):
+            skipped += [f for f in found if f.endswith(_SIDECARS)]
+            found = [f for f in found if not f.endswith(_SIDECARS)]
+            if not found:
+                raise StorageError(f"{pattern!r} matches only manifests/index files, no TFRecord file")
+        out.extend(found)
+    if skipped:
+        shown = ", ".join(os.path.basename(f) for f in skipped[:3]) + (" ..." if len(skipped) > 3 else "")
+        print(f"skipping {len(skipped)} file(s) that are not TFRecords by name: {shown}", file=sys.stderr)
+    return out
 
 
 def _progress(files: list[str], desc: str):

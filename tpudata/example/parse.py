@@ -240,20 +240,38 @@ def parse_examples(records, spec: Mapping, base_row: int = 0) -> dict:
     a wrong number of values raises :class:`~tpudata.errors.SpecError` naming the feature and the
     record's position (``base_row`` + index in the batch, and file/offset when known).
     """
+    from tpudata.example import structured  # builds on VarLenValues above
+
     spec = normalize_spec(spec)
     batch = records if isinstance(records, RecordBatch) else RecordBatch.from_records(records)
-    keys = tuple(name.encode("utf-8") for name in spec)
-    locs = _locate(batch, keys)
+    names = list(spec)
+    for name, feat in spec.items():
+        if not isinstance(feat, (FixedLenFeature, VarLenFeature)):
+            names += [k for k, _ in structured.needed_keys(name, feat) if k not in names]
+    fidx_of = {name: i for i, name in enumerate(names)}
+    locs = _locate(batch, tuple(name.encode("utf-8") for name in names))
+    cache: dict = {}
+
+    def varlen(key: str, dtype) -> VarLenValues:
+        if (key, dtype) not in cache:
+            feat = VarLenFeature(dtype)
+            cache[key, dtype] = _parse_varlen(batch, locs, fidx_of[key], key, feat, base_row)
+        return cache[key, dtype]
+
+    def where(r: int) -> str:
+        return f"{base_row + r}{_where(batch, r)}"
+
     out = {}
-    for fidx, (name, feat) in enumerate(spec.items()):
+    for name, feat in spec.items():
         if isinstance(feat, FixedLenFeature):
-            out[name] = _parse_fixed(batch, locs, fidx, name, feat, base_row)
+            out[name] = _parse_fixed(batch, locs, fidx_of[name], name, feat, base_row)
         elif isinstance(feat, VarLenFeature):
-            out[name] = _parse_varlen(batch, locs, fidx, name, feat, base_row)
+            out[name] = varlen(name, feat.dtype)
+        else:
+            out[name] = structured.assemble(name, feat, varlen, where)
     return out
 
 
 def parse_single_example(record, spec: Mapping) -> dict:
-    """Parse one record; fixed-length values lose the batch dimension."""
-    out = parse_examples([record], spec)
-    return {k: (v[0] if isinstance(v, np.ndarray) else v[0]) for k, v in out.items()}
+    """Parse one record (``tf.io.parse_single_example``): every feature loses the batch dimension."""
+    return {k: v[0] for k, v in parse_examples([record], spec).items()}

@@ -132,16 +132,19 @@ Feature = Union[FixedLenFeature, VarLenFeature]
 
 
 def normalize_spec(spec: Mapping[str, Feature]) -> dict:
-    """Check a ``{name: FixedLenFeature | VarLenFeature}`` mapping; returns it as a dict."""
+    """Check a ``{name: feature spec}`` mapping; returns it as a dict."""
     if not isinstance(spec, Mapping) or not spec:
         raise SpecError("a feature spec is a non-empty mapping of name -> FixedLenFeature/VarLenFeature")
+    from tpudata.example.features import STRUCTURED  # features builds on this module
+
     out = {}
     for name, feat in spec.items():
         if not isinstance(name, str):
             raise SpecError(f"feature names must be str, not {name!r}")
-        if not isinstance(feat, (FixedLenFeature, VarLenFeature)):
+        if not isinstance(feat, (FixedLenFeature, VarLenFeature) + STRUCTURED):
             raise SpecError(
-                f"feature {name!r}: expected FixedLenFeature or VarLenFeature, not {type(feat).__name__}"
+                f"feature {name!r}: expected FixedLenFeature, VarLenFeature, "
+                f"FixedLenSequenceFeature, SparseFeature or RaggedFeature, not {type(feat).__name__}"
             )
         out[name] = feat
     return out
