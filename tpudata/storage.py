@@ -235,7 +235,8 @@ class AtomicWriter:
     """A binary file that appears under its final name only when :meth:`close` succeeds.
 
     Use as a context manager: leaving the block with an exception calls :meth:`abort`, which
-    discards everything written (and the temporary file, for local paths). ``fsync=True`` makes
+    discards everything written (and the temporary file, for local paths); a writer dropped
+    without :meth:`close` is aborted too. ``fsync=True`` makes
     a local file durable before it is renamed into place.
     """
 
@@ -325,6 +326,15 @@ class AtomicWriter:
         try:
             self._f.closed = True
         except AttributeError:  # pragma: no cover
+            pass
+
+    def __del__(self) -> None:
+        # dropped without close(): abandon the write. Left alone, fsspec files upload what they
+        # hold when collected, which would publish a partial object under the final name.
+        try:
+            if not self.closed:
+                self.abort()
+        except Exception:  # pragma: no cover - interpreter shutdown
             pass
 
     def __enter__(self) -> "AtomicWriter":
