@@ -41,7 +41,7 @@ from tpudata.errors import CorruptRecordError, DataLossError, TruncatedRecordErr
 logger = logging.getLogger(__name__)
 
 RAW_CHUNK = 1 << 20  # compressed bytes read from storage at a time
-_FEED = 64 << 10  # compressed bytes given to zlib per call (bounds what a salvage redoes)
+_FEED = 256 << 10  # compressed bytes given to zlib per call (bounds what a salvage redoes)
 _OUT_LIMIT = 4 << 20  # decompressed bytes per zlib call (bounds memory on "zip bombs")
 _HEADER_SIZE = 12
 
