@@ -687,3 +687,48 @@ def test_stream_multi_member_empty_and_past_the_end(tmp_path):
             open_stream(str(q), c, start=11)
     with pytest.raises(ValueError, match="GZIP' or 'ZLIB'"):
         DecompressedStream(io.BytesIO(b""), "")
+
+
+@pytest.mark.parametrize("compression_type", ["GZIP", None])
+def test_tfrecord_dataset_delivers_intact_compressed_records_first(tmp_path, compression_type):
+    records = [os.urandom(100_000) for _ in range(4)]
+    blob = bytearray(_framed_stream(records, "GZIP"))
+    blob[-6] ^= 0xFF
+    p = tmp_path / "bad.gz"
+    p.write_bytes(bytes(blob))
+    got = []
+    with pytest.raises(CorruptRecordError) as info:
+        for r in tpudata.TFRecordDataset(str(p), compression_type=compression_type).prefetch(2):
+            got.append(bytes(r))
+    assert got == records and info.value.offset == 400_064 and info.value.path == str(p)
+
+
+_SHRINK_DATASET_SCRIPT = """
+import os, sys
+import tpudata
+path = sys.argv[1]
+it = iter(tpudata.TFRecordDataset(path, buffer_size=1 << 16).prefetch(4))
+next(it)
+os.truncate(path, 1016 * 1500 + 100)  # another process cuts the file
+try:
+    n = 1 + sum(1 for _ in it)
+    print("END", n)
+except tpudata.DataLossError as e:
+    print(type(e).__name__, e.path == path, e.offset)
+"""
+
+
+def test_dataset_over_a_file_truncated_while_read_survives(tmp_path):
+    """The issue's SIGBUS (exit 135): TFRecordDataset(...).prefetch(4) over a file cut while it
+    is read now ends in a DataLossError naming the file."""
+    import subprocess
+    import sys
+
+    p = tmp_path / "shrinking.tfrecord"
+    tpudata.write_records(str(p), [os.urandom(1000) for _ in range(20_000)])
+    out = subprocess.run([sys.executable, "-c", _SHRINK_DATASET_SCRIPT, str(p)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    # read-ahead may have read the whole file before the cut; if not, the error names it
+    assert out.stdout.split() in (["TruncatedRecordError", "True", str(1016 * 1500)],
+                                  ["END", "20000"])
