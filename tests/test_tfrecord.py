@@ -606,89 +606,6 @@ def test_file_truncated_while_read_is_data_loss_not_sigbus(tmp_path, at_boundary
         assert "shrank from 2032000 bytes while it was read" in message
 
 
-# -- the shared decompression stream (TFRecord, text lines, fixed-length records) -----------------
-from tpudata.tfrecord.compression import DecompressedStream, open_stream  # noqa: E402
-
-
-def _lines(n=1000):
-    return b"".join(b"line %d %s\n" % (i, os.urandom(20).hex().encode()) for i in range(n))
-
-
-def _compress(data, compression):
-    return gzip.compress(data, mtime=0) if compression == "GZIP" else zlib.compress(data)
-
-
-def _drain(stream, size):
-    out = bytearray()
-    while True:
-        chunk = stream.read(size)
-        if not chunk:
-            return bytes(out)
-        out += chunk
-
-
-@pytest.mark.parametrize("compression", ["GZIP", "ZLIB"])
-@pytest.mark.parametrize("read_size", [1, 7, 4096, 1 << 20])
-def test_stream_cut_delivers_every_intact_byte_then_data_loss(tmp_path, compression, read_size):
-    """A text reader over a cut file gets every byte that decodes, then a DataLossError with the
-    file and the decompressed offset - never a silent short read (ZLIB) or an EOFError (GZIP)."""
-    text = _lines()
-    blob = _compress(text, compression)
-    p = tmp_path / "cut"
-    p.write_bytes(blob[: len(blob) - 40])
-    out = bytearray()
-    with open_stream(str(p), compression) as s:
-        with pytest.raises(TruncatedRecordError) as info:
-            while True:
-                chunk = s.read(read_size)
-                assert chunk, "the stream ended without an error"
-                out += chunk
-    assert text.startswith(bytes(out)) and len(out) > len(text) - 400
-    assert info.value.path == str(p) and info.value.offset == len(out)
-    assert "ends before its end marker" in info.value.message
-
-
-@pytest.mark.parametrize("compression", ["GZIP", "ZLIB"])
-def test_stream_damage_offsets_do_not_depend_on_read_sizes(tmp_path, compression):
-    text = _lines(3000)
-    blob = bytearray(_compress(text, compression))
-    blob[len(blob) // 2] ^= 0x40
-    p = tmp_path / "bad"
-    p.write_bytes(bytes(blob))
-    seen = set()
-    for read_size in (3, 1000, 1 << 20):
-        out = bytearray()
-        with open_stream(str(p), compression) as s, pytest.raises(DataLossError) as info:
-            while chunk := s.read(read_size):
-                out += chunk
-        assert info.value.offset == len(out) and info.value.path == str(p)
-        seen.add((bytes(out), info.value.message))
-    assert len(seen) == 1  # the same bytes and the same error whatever the read size
-
-
-def test_stream_multi_member_empty_and_past_the_end(tmp_path):
-    p = tmp_path / "m.gz"
-    p.write_bytes(gzip.compress(b"abc\n") + gzip.compress(b"def\n"))
-    with open_stream(str(p), "GZIP") as s:
-        assert _drain(s, 3) == b"abc\ndef\n"
-    (tmp_path / "empty").write_bytes(b"")
-    for c in ("", "GZIP", "ZLIB"):
-        with open_stream(str(tmp_path / "empty"), c) as s:
-            assert s.read() == b""
-    data = b"0123456789"
-    for c in ("", "GZIP", "ZLIB"):
-        q = tmp_path / f"d{c}"
-        q.write_bytes(_compress(data, c) if c else data)
-        with open_stream(str(q), c, start=4) as s:
-            assert s.read() == data[4:] and s.pos == 10
-        with open_stream(str(q), c, start=10) as s:
-            assert s.read() == b""
-        with pytest.raises(ValueError, match="start offset 11 is past the end of"):
-            open_stream(str(q), c, start=11)
-    with pytest.raises(ValueError, match="GZIP' or 'ZLIB'"):
-        DecompressedStream(io.BytesIO(b""), "")
-
-
 @pytest.mark.parametrize("compression_type", ["GZIP", None])
 def test_tfrecord_dataset_delivers_intact_compressed_records_first(tmp_path, compression_type):
     records = [os.urandom(100_000) for _ in range(4)]
@@ -729,6 +646,11 @@ def test_dataset_over_a_file_truncated_while_read_survives(tmp_path):
     out = subprocess.run([sys.executable, "-c", _SHRINK_DATASET_SCRIPT, str(p)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
-    # read-ahead may have read the whole file before the cut; if not, the error names it
-    assert out.stdout.split() in (["TruncatedRecordError", "True", str(1016 * 1500)],
-                                  ["END", "20000"])
+    # read-ahead may have read past the cut (or to the end) before it happened; then the error
+    # comes where reading found the file shorter, at a record boundary
+    words = out.stdout.split()
+    if words[0] != "END":
+        assert words[:2] == ["TruncatedRecordError", "True"]
+        assert int(words[2]) >= 1016 * 1500 and int(words[2]) % 1016 == 0
+    else:
+        assert words == ["END", "20000"]
