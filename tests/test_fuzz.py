@@ -14,7 +14,7 @@ import random
 import re
 
 import pytest
-from fuzz_cases import BASES, apply_edit, expected_records, record_starts
+from fuzz_cases import BASES, PARSE_BATCH, apply_edit, expected_records, record_starts
 
 import tpudata
 from tpudata.errors import CorruptRecordError, DataLossError, TruncatedRecordError
@@ -202,3 +202,37 @@ def test_damaged_files_against_tensorflow(path, memfs):
     finally:
         _accel.use_native(previous)
     assert more >= 200  # compressed files: what TensorFlow's read-ahead lost, tpudata delivers
+
+
+# -- item 3 of issue 15: parsing keeps the good rows (golden: tests/data/golden/fuzz/parse.json) --
+def _parse_cases():
+    import json
+
+    with open(os.path.join(GOLDEN_FUZZ, "parse.json")) as f:
+        return json.load(f)["cases"]
+
+
+@pytest.mark.xfail(strict=True, reason="the Dataset side of issue 15 item 3 (parse keeps the good "
+                   "rows, errors name file, record index and offset) is issue 9's rebuild; "
+                   "remove this mark when it lands")
+@pytest.mark.parametrize("order", ["parse_then_batch", "batch_then_parse"])
+@pytest.mark.parametrize("case", _parse_cases(), ids=lambda c: c["file"])
+def test_parse_delivers_the_rows_tensorflow_delivers(case, order):
+    """``good`` Examples then one bad record: every row TensorFlow delivers comes first, then an
+    error naming the file, the bad record's index in the file and its byte offset."""
+    import numpy as np
+
+    path = os.path.join(GOLDEN_FUZZ, case["file"])
+    spec = {"id": tpudata.FixedLenFeature([], np.int64)}
+    ds = tpudata.TFRecordDataset(path)
+    ds = ds.parse(spec).batch(PARSE_BATCH) if order == "parse_then_batch" else (
+        ds.batch(PARSE_BATCH).parse(spec))
+    rows = []
+    with pytest.raises(ValueError) as info:
+        for batch in ds:
+            rows.extend(np.asarray(batch["id"]).tolist())
+    assert rows == case[order]["rows"]
+    offset = int(tpudata.build_index(path)[case["good"]][0])
+    message = str(info.value)
+    assert path in message and re.search(rf"record {case['good']}\b", message)
+    assert re.search(rf"offset {offset}\b", message)

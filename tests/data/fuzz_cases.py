@@ -25,6 +25,12 @@ BASES = {
 }
 
 
+# Item 3 of issue 15: ``good`` Examples {"id": i}, then one bad record, parsed with
+# {"id": FixedLenFeature([], int64)}; TensorFlow's rows before the error are recorded.
+PARSE_FILES = [(good, bad) for good in (16, 17, 5) for bad in ("malformed", "missing", "wrong_type")]
+PARSE_BATCH = 4
+
+
 # -- CRC32C (for crafted record lengths with valid header checksums) -------------------------------
 def _table():
     t = []
