@@ -37,13 +37,13 @@ from typing import Mapping
 
 from tpudata import storage
 from tpudata.errors import CorruptRecordError, DataLossError, TruncatedRecordError
+from tpudata.tfrecord.framing import HEADER_SIZE, masked_crc32c
 
 logger = logging.getLogger(__name__)
 
 RAW_CHUNK = 1 << 20  # compressed bytes read from storage at a time
 _FEED = 256 << 10  # compressed bytes given to zlib per call (bounds what a salvage redoes)
 _OUT_LIMIT = 4 << 20  # decompressed bytes per zlib call (bounds memory on "zip bombs")
-_HEADER_SIZE = 12
 
 
 def normalize_compression(compression: str | None) -> str | None:
@@ -65,9 +65,7 @@ def detect_compression(head: bytes) -> str:
 
     A valid TFRecord header at byte 0 means uncompressed, then the gzip magic, then a zlib header.
     """
-    from tpudata.tfrecord.framing import masked_crc32c
-
-    if len(head) >= _HEADER_SIZE:
+    if len(head) >= HEADER_SIZE:
         if masked_crc32c(head[:8]) == int.from_bytes(head[8:12], "little"):
             return ""
     if head[:2] == b"\x1f\x8b":
