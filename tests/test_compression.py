@@ -86,6 +86,8 @@ def test_stream_multi_member_empty_and_past_the_end(tmp_path):
         q.write_bytes(_compress(data, c) if c else data)
         with open_stream(str(q), c, start=4) as s:
             assert s.read() == data[4:] and s.pos == 10
+        with open_stream(str(q), c, start=1) as s:  # short reads at the end, every compression
+            assert [s.read(4), s.read(4), s.read(4), s.read(4)] == [b"1234", b"5678", b"9", b""]
         with open_stream(str(q), c, start=10) as s:
             assert s.read() == b""
         with pytest.raises(ValueError, match="start offset 11 is past the end of"):

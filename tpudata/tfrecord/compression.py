@@ -255,12 +255,12 @@ class PlainStream:
             return data
         buf = bytearray(n)
         got = 0
-        view = memoryview(buf)
-        while got < n:
-            k = self.readinto(view[got:])
-            if not k:
-                break
-            got += k
+        with memoryview(buf) as view:
+            while got < n:
+                k = self.readinto(view[got:])
+                if not k:
+                    break
+                got += k
         del buf[got:]
         return bytes(buf)
 
