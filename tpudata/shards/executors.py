@@ -14,15 +14,13 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import sys
 import threading
 import time
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 
 logger = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
-PARENT_POLL_SECONDS = 0.5
+PARENT_POLL_SECONDS = 0.25
 
 
 def _watch_parent(parent: int) -> None:
@@ -33,21 +31,13 @@ def _watch_parent(parent: int) -> None:
 
 
 def die_with_parent(parent: int) -> None:
-    """Pool-worker initializer: exit when process ``parent`` dies.
+    """Pool-worker initializer: exit within ``PARENT_POLL_SECONDS`` of process ``parent`` dying.
 
-    On Linux, ``PR_SET_PDEATHSIG`` has the kernel send SIGKILL the moment the parent exits; a
-    daemon thread polling ``os.getppid()`` covers the rest (other systems, and the parent thread
-    that spawned the worker ending before the parent process does).
+    A daemon thread polls ``os.getppid()``, which changes when the parent dies however it dies.
+    Not ``PR_SET_PDEATHSIG``: Linux sends that signal when the *thread* that spawned the worker
+    ends, which would kill the workers of a pool still in use by the rest of the process.
     """
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-            import signal
-
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        except (OSError, AttributeError):  # pragma: no cover - no prctl
-            pass
-    if os.getppid() != parent:  # died before the prctl took effect
+    if os.getppid() != parent:  # died before this worker started
         os._exit(1)
     threading.Thread(target=_watch_parent, args=(parent,), name="tpudata-parent-watch",
                      daemon=True).start()
