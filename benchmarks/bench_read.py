@@ -146,6 +146,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.pure:
         _accel.use_native(False)
+    _accel.ensure_allocator_tuned()  # tpudata.tune_malloc(); the TF peer gets the same settings
     os.makedirs(args.dir, exist_ok=True)
     print(f"tpudata {tpudata.__version__}, accelerator: {'on' if _accel.native else 'off'}, "
           f"cpu count {os.cpu_count()}")

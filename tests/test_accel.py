@@ -12,8 +12,10 @@ import pytest
 from tpudata import _accel
 
 
-@pytest.mark.skipif(os.environ.get("TPUDATA_ALLOW_PURE") == "1", reason="pure build allowed")
+@pytest.mark.skipif(os.environ.get("TPUDATA_ALLOW_PURE") == "1"
+                    and os.environ.get("TPUDATA_REQUIRE_ACCEL") != "1", reason="pure build allowed")
 def test_accelerator_built_and_on_by_default():
+    """CI (.ci/run sets TPUDATA_REQUIRE_ACCEL=1) fails here when the accelerator was not built."""
     assert _accel.available(), (
         "tpudata._native was not compiled (is a C compiler installed?); set TPUDATA_ALLOW_PURE=1 "
         "to run the suite on the pure Python path only"
@@ -36,3 +38,60 @@ def test_allocator_tuning_is_reversible():
     assert _accel._allocator_state is False
     assert _accel.tune_allocator(True) is True
     assert _accel._allocator_state is True
+
+
+def _run(code: str, **env) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("TPUDATA_")}
+    full.update(env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full,
+                          timeout=120)
+
+
+_WITHOUT_NATIVE = "import sys; sys.modules['tpudata._native'] = None  # as if never built\n"
+
+
+def test_missing_accelerator_warns_once_and_says_so_everywhere():
+    code = _WITHOUT_NATIVE + (
+        "import tpudata, tpudata.tfrecord, importlib\n"
+        "print(tpudata.accelerated())\n"
+        "from tpudata.cli import main\n"
+        "main(['--version'])\n")
+    out = _run(code)
+    assert out.stderr.count("C accelerator (tpudata._native) is not built") == 1, out.stderr
+    assert "WARNING" in out.stderr or "not built" in out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == str({"crc32c": False, "tfrecord_framing": False, "example_parsing": False,
+                            "hardware_crc32c": False})
+    assert "C accelerator: NOT BUILT" in lines[1]
+    # choosing the pure path on purpose is not warned about
+    assert "not built" not in _run(_WITHOUT_NATIVE + "import tpudata", TPUDATA_PURE="1").stderr
+
+
+@pytest.mark.skipif(not _accel.available(), reason="accelerator not built")
+def test_accelerated_and_version_report_the_native_paths():
+    import tpudata
+
+    paths = tpudata.accelerated()
+    assert paths["crc32c"] and paths["tfrecord_framing"] and paths["example_parsing"]
+    out = _run("from tpudata.cli import main; main(['--version'])")
+    assert out.stdout.startswith("tpudata ") and "C accelerator: on (crc32c, tfrecord_framing" in out.stdout
+    off = _run("from tpudata.cli import main; main(['--version'])", TPUDATA_PURE="1")
+    assert "C accelerator: built, off" in off.stdout
+    previous = _accel.use_native(False)
+    try:
+        assert not any(tpudata.accelerated().values())
+    finally:
+        _accel.use_native(previous)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_malloc_tuning_is_opt_in():
+    """Importing and reading change nothing process-wide; tune_malloc() or the setting does."""
+    code = ("import tpudata, io\n"
+            "from tpudata import _accel\n"
+            "tpudata.write_records('memory://m/a', [b'x'])\n"
+            "list(tpudata.read_records('memory://m/a'))\n"
+            "print(_accel.allocator_tuned())\n"
+            "print(tpudata.tune_malloc(), _accel.allocator_tuned())\n")
+    assert _run(code).stdout.split() == ["None", "True", "True"]
+    assert _run(code, TPUDATA_MALLOC_TUNING="1").stdout.split()[0] == "True"

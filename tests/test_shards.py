@@ -304,3 +304,63 @@ def test_write_shards_resume_compares_content(tmp_path):
     assert (third.skipped, third.written) == (2, 1)
     assert list(tpudata.read_records(os.path.join(out, "w-00002-of-00003")))[-1] == b"different"
     assert _no_leftovers(out)
+
+
+# -- orphans --------------------------------------------------------------------------------------
+def slow_encoder(item: str) -> bytes:
+    """Announces its worker's pid in directory ``item``, then works "forever"."""
+    import time
+
+    open(os.path.join(item, str(os.getpid())), "w").close()
+    time.sleep(120)
+    return b""
+
+
+_BUILDER = """
+import sys
+sys.path.insert(0, sys.argv[2])
+from tests.test_shards import slow_encoder
+import tpudata
+tpudata.build_shards([sys.argv[1]] * 2, slow_encoder, sys.argv[1] + "/out", "o", num_shards=2,
+                     workers=2, progress=False)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="counts processes through /proc")
+def test_pool_workers_die_with_a_killed_builder(tmp_path):
+    """SIGKILL the build_shards process: none of its pool workers may live on."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    parent = subprocess.Popen([sys.executable, "-c", _BUILDER, str(tmp_path), root])
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers) < 2 and time.monotonic() < deadline and parent.poll() is None:
+            time.sleep(0.1)
+            workers = [int(n) for n in os.listdir(tmp_path) if n.isdigit()]
+        assert len(workers) == 2, "the pool workers never started their tasks"
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.monotonic() + 10
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        survivors = [w for w in workers if _alive(w)]
+        assert survivors == []
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        for w in workers:
+            if _alive(w):
+                os.kill(w, signal.SIGKILL)

@@ -214,7 +214,9 @@ def test_skip_mode_on_truncation_and_corrupt_gzip(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="tpudata"):
         got = list(tpudata.read_records(str(g), on_error="skip"))
     assert 0 < len(got) < 20 and got == records[: len(got)]
-    assert "truncated GZIP stream" in caplog.text and str(g) in caplog.text
+    start = len(got) * 1016  # TensorFlow's offset: the decompressed start of the lost record
+    assert f"truncated record at {start} (the GZIP stream ends" in caplog.text
+    assert str(g) in caplog.text
 
 
 def test_multi_member_gzip_and_zlib_trailing_garbage(tmp_path):
@@ -231,7 +233,7 @@ def test_truncated_and_corrupt_gzip_are_data_loss(tmp_path):
     blob = gzip.compress(framed([os.urandom(500) for _ in range(10)]))
     cut = tmp_path / "cut.gz"
     cut.write_bytes(blob[: len(blob) // 2])
-    with pytest.raises(TruncatedRecordError, match="truncated GZIP stream"):
+    with pytest.raises(TruncatedRecordError, match=r"truncated record at \d+ \(the GZIP stream"):
         list(tpudata.read_records(str(cut)))
     bad = bytearray(blob)
     bad[len(blob) // 2] ^= 0x55
@@ -463,3 +465,192 @@ def test_transient_error_classification():
     assert not is_transient(wrapped(FileNotFoundError("u"), aiohttp.ClientResponseError(req, (), status=404)))
     assert not is_transient(wrapped(StorageError("cannot open"), ValueError("bad url")))
     assert is_transient(wrapped(StorageError("cannot open"), ConnectionError()))
+
+
+def _framed_stream(records, compression):
+    data = framed(records)
+    if compression == "GZIP":
+        return gzip.compress(data, mtime=0)
+    return zlib.compress(data)
+
+
+@pytest.mark.parametrize("compression", ["GZIP", "ZLIB"])
+@pytest.mark.parametrize("given", [True, False])
+@pytest.mark.parametrize("buffer_size", [64, 4096, 8 << 20])
+def test_damaged_checksum_delivers_every_intact_record(tmp_path, compression, given, buffer_size):
+    """Only the stream's trailing checksum is damaged: all 4 records come back, then the error at
+    the end of the last record (a zlib error must not discard what the same chunk decoded to)."""
+    records = [os.urandom(100_000) for _ in range(4)]
+    blob = bytearray(_framed_stream(records, compression))
+    blob[-6 if compression == "GZIP" else -2] ^= 0xFF  # the CRC32 / the Adler-32
+    p = tmp_path / "bad"
+    p.write_bytes(bytes(blob))
+    got = []
+    with pytest.raises(CorruptRecordError) as info:
+        for r in tpudata.read_records(str(p), compression if given else None,
+                                      buffer_size=buffer_size):
+            got.append(r)
+    assert got == records
+    end = 4 * (100_000 + 16)
+    assert info.value.offset == end and info.value.path == str(p)
+    assert info.value.message.startswith(f"corrupted record at {end} (damaged {compression} stream")
+
+
+@pytest.mark.parametrize("compression", ["GZIP", "ZLIB"])
+def test_compressed_offsets_are_record_starts_independent_of_buffers(tmp_path, compression):
+    """TensorFlow's offset for a cut compressed file: the decompressed start of the cut record."""
+    records = [os.urandom(100_000) for _ in range(4)]
+    blob = _framed_stream(records, compression)
+    p = tmp_path / "cut"
+    p.write_bytes(blob[: len(blob) * 3 // 8])  # inside record 1 (the data is incompressible)
+    seen = set()
+    for buffer_size in (64, 1000, 65536, 8 << 20):
+        got = []
+        with pytest.raises(TruncatedRecordError) as info:
+            for r in tpudata.read_records(str(p), buffer_size=buffer_size):
+                got.append(r)
+        assert got == records[:1]
+        seen.add((info.value.offset, info.value.message))
+    assert seen == {(100016, "truncated record at 100016 (the "
+                     f"{compression} stream ends before its end marker)")}
+
+
+def test_compressed_damage_inside_a_record(tmp_path):
+    records = [bytes(range(256)) * 400 for _ in range(6)]  # compressible: damage lands mid-stream
+    blob = bytearray(_framed_stream(records, "ZLIB"))
+    blob[len(blob) // 2] ^= 0x10
+    p = tmp_path / "bad.zlib"
+    p.write_bytes(bytes(blob))
+    got = []
+    with pytest.raises(DataLossError) as info:
+        for r in tpudata.read_records(str(p)):
+            got.append(r)
+    assert got == records[: len(got)] and len(got) < 6
+    start = len(got) * (len(records[0]) + 16)
+    # zlib's error at the record's start, or TensorFlow's data-CRC offset (start + 12) when the
+    # damage decoded to wrong bytes without a zlib error
+    assert info.value.offset in (start, start + 12)
+    assert info.value.message.startswith(f"corrupted record at {info.value.offset}")
+
+
+@pytest.mark.parametrize("compression", ["", "GZIP", "ZLIB"])
+@pytest.mark.parametrize("use_mmap", [False, True])
+def test_start_offset_past_the_end_raises_on_every_path(tmp_path, compression, use_mmap):
+    data = framed([b"abc", b"defg"])
+    p = tmp_path / "f"
+    p.write_bytes(_framed_stream([b"abc", b"defg"], compression) if compression else data)
+    r = TFRecordFileReader(str(p), compression, start_offset=len(data), use_mmap=use_mmap)
+    assert list(r) == []  # the end itself is a valid resume point
+    r = TFRecordFileReader(str(p), compression, start_offset=19, use_mmap=use_mmap)
+    assert [b.to_list() for b in r] == [[b"defg"]]
+    for detect in (None, compression):
+        r = TFRecordFileReader(str(p), detect, start_offset=len(data) + 1, use_mmap=use_mmap)
+        with pytest.raises(ValueError, match=f"start_offset {len(data) + 1}|start offset"):
+            list(r)
+
+
+def test_misspelt_keywords_raise_with_the_closest_name(tmp_path):
+    p = str(tmp_path / "k.tfrecord")
+    tpudata.write_records(p, [b"a"])
+    with pytest.raises(TypeError, match="'bufer_size'; did you mean 'buffer_size'"):
+        tpudata.read_records(p, bufer_size=10, compresion="GZIP")
+    with pytest.raises(TypeError, match="'compresion'; did you mean 'compression'"):
+        tpudata.read_record_batches(p, compresion="GZIP")
+    with pytest.raises(TypeError, match="'verfy'; did you mean 'verify'"):
+        TFRecordFileReader(p, verfy=False)
+    with pytest.raises(TypeError, match="'token'.*storage_options"):
+        tpudata.build_index(p, token="anon")
+    with pytest.raises(TypeError, match="did you mean 'storage_options'"):
+        tpudata.read_index(p, storage_option={})
+    with pytest.raises(TypeError, match="did you mean 'compression'"):
+        tpudata.write_records(p, [b"a"], compresion="GZIP")
+    with pytest.raises(TypeError, match="did you mean 'index'"):
+        tpudata.IndexedTFRecordFile(p, indx=None)
+    # the explicit way works and reaches fsspec
+    assert list(tpudata.read_records(p, storage_options={})) == [b"a"]
+
+
+_SHRINK_SCRIPT = """
+import os, sys
+import tpudata
+from tpudata.errors import DataLossError
+path, cut, use_mmap = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+reader = tpudata.TFRecordFileReader(path, buffer_size=1 << 16, use_mmap=use_mmap)
+batches = reader.batches()
+next(batches)
+os.truncate(path, cut)  # another process cuts the file while it is being read
+try:
+    n = sum(len(b) for b in batches)
+    print("END", n)
+except DataLossError as e:
+    print(type(e).__name__, e.path == path, e.offset, e.message)
+"""
+
+
+@pytest.mark.parametrize("at_boundary", [False, True])
+def test_file_truncated_while_read_is_data_loss_not_sigbus(tmp_path, at_boundary):
+    """The default (no mmap) path turns a file that shrinks under the reader into a
+    TruncatedRecordError naming it; the process survives (a mapped file would die of SIGBUS)."""
+    import subprocess
+    import sys
+
+    p = tmp_path / "shrinking.tfrecord"
+    tpudata.write_records(str(p), [os.urandom(1000) for _ in range(2000)])
+    cut = 1016 * 1500 + (0 if at_boundary else 100)
+    out = subprocess.run([sys.executable, "-c", _SHRINK_SCRIPT, str(p), str(cut), "0"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    kind, named, offset, message = out.stdout.split(" ", 3)
+    assert (kind, named, int(offset)) == ("TruncatedRecordError", "True", 1016 * 1500)
+    if at_boundary:
+        assert "shrank from 2032000 bytes while it was read" in message
+
+
+@pytest.mark.parametrize("compression_type", ["GZIP", None])
+def test_tfrecord_dataset_delivers_intact_compressed_records_first(tmp_path, compression_type):
+    records = [os.urandom(100_000) for _ in range(4)]
+    blob = bytearray(_framed_stream(records, "GZIP"))
+    blob[-6] ^= 0xFF
+    p = tmp_path / "bad.gz"
+    p.write_bytes(bytes(blob))
+    got = []
+    with pytest.raises(CorruptRecordError) as info:
+        for r in tpudata.TFRecordDataset(str(p), compression_type=compression_type).prefetch(2):
+            got.append(bytes(r))
+    assert got == records and info.value.offset == 400_064 and info.value.path == str(p)
+
+
+_SHRINK_DATASET_SCRIPT = """
+import os, sys
+import tpudata
+path = sys.argv[1]
+it = iter(tpudata.TFRecordDataset(path, buffer_size=1 << 16).prefetch(4))
+next(it)
+os.truncate(path, 1016 * 1500 + 100)  # another process cuts the file
+try:
+    n = 1 + sum(1 for _ in it)
+    print("END", n)
+except tpudata.DataLossError as e:
+    print(type(e).__name__, e.path == path, e.offset)
+"""
+
+
+def test_dataset_over_a_file_truncated_while_read_survives(tmp_path):
+    """The issue's SIGBUS (exit 135): TFRecordDataset(...).prefetch(4) over a file cut while it
+    is read now ends in a DataLossError naming the file."""
+    import subprocess
+    import sys
+
+    p = tmp_path / "shrinking.tfrecord"
+    tpudata.write_records(str(p), [os.urandom(1000) for _ in range(20_000)])
+    out = subprocess.run([sys.executable, "-c", _SHRINK_DATASET_SCRIPT, str(p)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    # read-ahead may have read past the cut (or to the end) before it happened; then the error
+    # comes where reading found the file shorter, at a record boundary
+    words = out.stdout.split()
+    if words[0] != "END":
+        assert words[:2] == ["TruncatedRecordError", "True"]
+        assert int(words[2]) >= 1016 * 1500 and int(words[2]) % 1016 == 0
+    else:
+        assert words == ["END", "20000"]

@@ -7,6 +7,8 @@
 [[7]]
 """
 
+from tpudata._accel import accelerated
+from tpudata._accel import tune_allocator as tune_malloc
 from tpudata.dataset import (
     AUTOTUNE,
     Dataset,
@@ -103,6 +105,7 @@ __all__ = [
     "VarLenFeature",
     "VarLenSpec",
     "VarLenValues",
+    "accelerated",
     "build_index",
     "build_shards",
     "decode_example",
@@ -119,6 +122,7 @@ __all__ = [
     "read_record_batches",
     "read_records",
     "shard_name",
+    "tune_malloc",
     "verify_manifest",
     "write_index",
     "write_records",

@@ -1,8 +1,10 @@
 """Access to the optional C accelerator.
 
-``native`` is the compiled :mod:`tpudata._native` module, or ``None`` when it was not built or
-when ``TPUDATA_PURE=1`` is set. Every caller checks ``_accel.native`` at call time, so tests can
-switch a whole process to the pure Python reference path with :func:`use_native`.
+``native`` is the compiled :mod:`tpudata._native` module, or ``None`` when it was not built (a
+WARNING says so once, at import) or when ``TPUDATA_PURE=1`` is set. :func:`accelerated` says which
+paths run natively (``tpudata.accelerated()``, ``tpudata --version``). Every caller checks
+``_accel.native`` at call time, so tests can switch a whole process to the pure Python reference
+path with :func:`use_native`.
 
 >>> from tpudata import _accel
 >>> previous = _accel.use_native(False)   # pure Python from here on
@@ -23,14 +25,58 @@ try:  # pragma: no cover - depends on the build
     from tpudata import _native as _compiled
 except ImportError as exc:  # pragma: no cover
     _compiled = None
-    logger.debug("tpudata._native not available (%s); using the pure Python path", exc)
+    _IMPORT_ERROR = str(exc)
+else:
+    _IMPORT_ERROR = ""
 
 native: ModuleType | None = None if os.environ.get("TPUDATA_PURE") == "1" else _compiled
+
+#: What each native path does, by the name :func:`accelerated` reports it under.
+PATHS = {
+    "crc32c": ("crc32c",),
+    "tfrecord_framing": ("scan", "frame", "find_frame", "split"),
+    "example_parsing": ("locate", "decode"),
+}
+NOT_BUILT_MESSAGE = (
+    "tpudata's C accelerator (tpudata._native) is not built, so reading, CRC checks and parsing "
+    "run on the pure Python path (tens of times slower). Reinstall with a C compiler available "
+    "(e.g. `pip install --force-reinstall --no-deps tpudata` after installing gcc); "
+    "TPUDATA_PURE=1 chooses the pure path on purpose and silences this warning"
+)
+
+if _compiled is None and os.environ.get("TPUDATA_PURE") != "1":  # pragma: no cover - build
+    # not a silent fallback: once per process, at import
+    logger.warning("%s (%s)", NOT_BUILT_MESSAGE, _IMPORT_ERROR)
 
 
 def available() -> bool:
     """Whether the compiled accelerator was built (regardless of it being in use)."""
     return _compiled is not None
+
+
+def accelerated() -> dict[str, bool]:
+    """Which hot paths run natively in this process right now, by name.
+
+    ``{"crc32c": True, "tfrecord_framing": True, "example_parsing": True,
+    "hardware_crc32c": True}`` on a normal install; all False when the accelerator was not built
+    (a WARNING said so at import) or ``TPUDATA_PURE=1`` chose the pure Python path.
+    """
+    mod = native
+    out = {name: mod is not None and all(hasattr(mod, f) for f in fns) for name, fns in PATHS.items()}
+    out["hardware_crc32c"] = bool(mod is not None and getattr(mod, "HARDWARE_CRC", 0))
+    return out
+
+
+def describe() -> str:
+    """One line for ``tpudata --version``: is the accelerator built, in use, and for what."""
+    if _compiled is None:
+        return "C accelerator: NOT BUILT (pure Python path, tens of times slower)"
+    if native is None:
+        return "C accelerator: built, off (TPUDATA_PURE=1 or use_native(False))"
+    paths = accelerated()
+    on = ", ".join(name for name, v in paths.items() if v and name != "hardware_crc32c")
+    crc = "hardware" if paths["hardware_crc32c"] else "software"
+    return f"C accelerator: on ({on}; {crc} CRC32C)"
 
 
 def use_native(enabled: bool) -> bool:
@@ -46,8 +92,10 @@ def use_native(enabled: bool) -> bool:
 # -- allocator -------------------------------------------------------------------------------------
 # glibc returns freed heap memory to the OS and maps blocks >= 128 KiB fresh each time, so every
 # batch of large bytes features (e.g. 110 KB JPEGs) page-faults all of its memory again - that
-# costs more than reading and parsing. tpudata asks glibc to keep freed memory for reuse (the
-# effect TensorFlow's guides get by preloading tcmalloc). Opt out with TPUDATA_MALLOC_TUNING=0.
+# costs more than reading and parsing. tune_allocator() asks glibc to keep freed memory for reuse
+# (the effect TensorFlow's guides get by preloading tcmalloc). It changes the whole process, so
+# the library never does it on its own: call tpudata.tune_malloc(), or set TPUDATA_MALLOC_TUNING=1
+# to have the first reader do it. The `tpudata` command line and the benchmarks turn it on.
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _allocator_state: bool | None = None
@@ -58,7 +106,8 @@ def tune_allocator(enable: bool = True, mmap_threshold: int = 16 << 20,
     """Let glibc malloc keep up to ``trim_threshold`` freed bytes and serve blocks below
     ``mmap_threshold`` from its heap (``enable=False`` restores glibc's defaults).
 
-    Process-wide; returns False where there is no glibc ``mallopt``.
+    Process-wide (exported as ``tpudata.tune_malloc``); returns False where there is no glibc
+    ``mallopt``.
     """
     global _allocator_state
     try:
@@ -77,7 +126,19 @@ def tune_allocator(enable: bool = True, mmap_threshold: int = 16 << 20,
     return bool(ok)
 
 
+def allocator_tuned() -> bool | None:
+    """True/False after :func:`tune_allocator` ran in this process, None if it never did."""
+    return _allocator_state
+
+
+def tune_allocator_if_requested() -> None:
+    """Readers call this: tune once, only when ``TPUDATA_MALLOC_TUNING=1`` asks for it."""
+    if _allocator_state is None and os.environ.get("TPUDATA_MALLOC_TUNING") == "1":
+        tune_allocator(True)
+
+
 def ensure_allocator_tuned() -> None:
-    """Tune the allocator once per process, unless the user chose otherwise."""
+    """Tune the allocator once per process unless ``TPUDATA_MALLOC_TUNING=0`` (for applications
+    that own their process: the command line, the benchmarks)."""
     if _allocator_state is None and os.environ.get("TPUDATA_MALLOC_TUNING", "1") != "0":
         tune_allocator(True)

@@ -15,16 +15,18 @@ import argparse
 import logging
 import sys
 
-from tpudata import __version__
+from tpudata import __version__, _accel
 from tpudata.commands import COMMAND_MODULES
 from tpudata.errors import StorageError
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="tpudata", description="TFRecord tools: count, verify, inspect, index, convert."
+        prog="tpudata", description="TFRecord tools: count, verify, inspect, index, convert.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # keeps --version on one line
     )
-    parser.add_argument("--version", action="version", version=f"tpudata {__version__}")
+    parser.add_argument("--version", action="version",
+                        version=f"tpudata {__version__} ({_accel.describe()})")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -40,6 +42,7 @@ def main(argv=None) -> int:
         level=logging.WARNING - 10 * min(args.verbose, 2),
         format="%(levelname)s %(name)s: %(message)s",
     )
+    _accel.ensure_allocator_tuned()  # the command line owns its process (TPUDATA_MALLOC_TUNING=0: off)
     try:
         return int(args.func(args) or 0)
     except StorageError as exc:

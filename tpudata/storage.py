@@ -1,9 +1,11 @@
 """Storage over fsspec URLs: local paths, ``file://``, ``memory://``, ``gs://`` (gcsfs), ...
 
 Local paths take a fast path (plain ``open``); everything else goes through fsspec. When
-``STORAGE_EMULATOR_HOST`` is set (a fake GCS server such as :mod:`fake_gcs`), ``gs://`` URLs use
-``gcsfs.core.GCSFileSystem`` with anonymous credentials and gcsfs's experimental bucket-type
-probe switched off: that probe asks a gRPC control plane no emulator has and stalls ~60 s a call.
+``STORAGE_EMULATOR_HOST`` is set (a fake GCS server such as :mod:`fake_gcs`) or
+``storage_options`` name an ``endpoint_url``, ``gs://`` URLs use ``gcsfs.core.GCSFileSystem`` with
+that endpoint and anonymous credentials, passed as arguments (the process environment is never
+changed): gcsfs's experimental class asks a gRPC control plane no emulator has and stalls ~60 s a
+call.
 
 Writes are atomic: :func:`open_atomic` never leaves a partial object under the final name (local:
 temporary name + rename; GCS: the object appears when its upload is finalised; memory: committed
@@ -55,13 +57,24 @@ def emulator_host() -> str | None:
     return host if host not in ("", "default") else None
 
 
+def _http(host: str) -> str:
+    return host if host.startswith(("http://", "https://")) else f"http://{host}"
+
+
 def gcs_filesystem(**storage_options):
-    """A gcsfs filesystem; against an emulator, one that never probes the gRPC control plane."""
-    if emulator_host():
-        os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    """A gcsfs filesystem for ``gs://`` URLs.
+
+    Against an emulator (``STORAGE_EMULATOR_HOST``, or ``endpoint_url`` in ``storage_options``)
+    it is gcsfs's core class, given the endpoint and anonymous credentials explicitly: gcsfs's
+    experimental class probes a gRPC control plane no emulator has and stalls ~60 s a call.
+    Nothing in ``os.environ`` changes.
+    """
+    host = storage_options.get("endpoint_url") or emulator_host()
+    if host:
         import gcsfs.core
 
         storage_options.setdefault("token", "anon")
+        storage_options["endpoint_url"] = _http(host)
         return gcsfs.core.GCSFileSystem(**storage_options)
     return fsspec.filesystem("gs", **storage_options)
 
@@ -227,7 +240,8 @@ class AtomicWriter:
     """A binary file that appears under its final name only when :meth:`close` succeeds.
 
     Use as a context manager: leaving the block with an exception calls :meth:`abort`, which
-    discards everything written (and the temporary file, for local paths). ``fsync=True`` makes
+    discards everything written (and the temporary file, for local paths); a writer dropped
+    without :meth:`close` is aborted too. ``fsync=True`` makes
     a local file durable before it is renamed into place.
     """
 
@@ -317,6 +331,15 @@ class AtomicWriter:
         try:
             self._f.closed = True
         except AttributeError:  # pragma: no cover
+            pass
+
+    def __del__(self) -> None:
+        # dropped without close(): abandon the write. Left alone, fsspec files upload what they
+        # hold when collected, which would publish a partial object under the final name.
+        try:
+            if not self.closed:
+                self.abort()
+        except Exception:  # pragma: no cover - interpreter shutdown
             pass
 
     def __enter__(self) -> "AtomicWriter":

@@ -103,7 +103,7 @@ def test_corrupt_file_in_parallel_interleave_surfaces(tmp_path):
         for e in ds:
             seen.append(e["id"])
     assert info.value.path == paths[2]
-    assert "_mmap_batches" in "".join(traceback.format_tb(info.value.__traceback__))
+    assert "_batches" in "".join(traceback.format_tb(info.value.__traceback__))
     assert _wait_for_no_threads() == []
 
 

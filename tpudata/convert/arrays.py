@@ -213,7 +213,7 @@ def load_arrays(output: str, prefix: str = "train", **storage_options) -> dict[s
     spec = manifest.features()
     records = []
     for url in manifest.files(output):
-        records.extend(read_records(url, **storage_options))
+        records.extend(read_records(url, storage_options=storage_options))
     if records:
         parsed = parse_examples(records, spec)
     else:

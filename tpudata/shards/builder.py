@@ -33,7 +33,7 @@ from tpudata.shards.planning import (
 )
 from tpudata.shards.progress import BuildResult, Progress
 from tpudata.shards.writing import ShardResult, ShardTask, run_shard_task
-from tpudata.tfrecord.reader import normalize_compression
+from tpudata.tfrecord.compression import normalize_compression
 
 logger = logging.getLogger(__name__)
 

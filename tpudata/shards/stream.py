@@ -43,7 +43,7 @@ from tpudata.shards.writing import (
     write_shard,
     write_shard_bytes,
 )
-from tpudata.tfrecord.reader import normalize_compression
+from tpudata.tfrecord.compression import normalize_compression
 
 logger = logging.getLogger(__name__)
 

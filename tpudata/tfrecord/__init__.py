@@ -1,6 +1,12 @@
-"""TFRecord files: framing, CRCs, compression, streaming readers, writers and indexes."""
+"""TFRecord files: framing, CRCs, compression streams, streaming readers, writers and indexes."""
 
 from tpudata.tfrecord.batch import RecordBatch
+from tpudata.tfrecord.compression import (
+    DecompressedStream,
+    detect_compression,
+    normalize_compression,
+    open_stream,
+)
 from tpudata.tfrecord.framing import crc32c, frame, mask_crc, masked_crc32c, scan, unmask_crc
 from tpudata.tfrecord.index import (
     IndexedTFRecordFile,
@@ -12,7 +18,6 @@ from tpudata.tfrecord.index import (
 from tpudata.tfrecord.reader import (
     DEFAULT_BUFFER_SIZE,
     TFRecordFileReader,
-    detect_compression,
     read_record_batches,
     read_records,
 )
@@ -20,6 +25,7 @@ from tpudata.tfrecord.writer import TFRecordWriter, write_records
 
 __all__ = [
     "DEFAULT_BUFFER_SIZE",
+    "DecompressedStream",
     "IndexedTFRecordFile",
     "RecordBatch",
     "TFRecordFileReader",
@@ -30,6 +36,8 @@ __all__ = [
     "frame",
     "mask_crc",
     "masked_crc32c",
+    "normalize_compression",
+    "open_stream",
     "read_index",
     "read_record_at",
     "read_record_batches",

@@ -16,33 +16,36 @@ from __future__ import annotations
 
 import io
 import struct
+from typing import Mapping
 
 import numpy as np
 
 from tpudata import storage
+from tpudata._keywords import strict_keywords
 from tpudata.errors import CorruptRecordError, TruncatedRecordError
 from tpudata.tfrecord import framing
 from tpudata.tfrecord.reader import DEFAULT_BUFFER_SIZE, TFRecordFileReader
 
 
+@strict_keywords
 def build_index(
     url: str,
     index_url: str | None = None,
     verify: bool = True,
     buffer_size: int = DEFAULT_BUFFER_SIZE,
-    **storage_options,
+    storage_options: Mapping | None = None,
 ) -> np.ndarray:
     """Scan an uncompressed TFRecord file; returns an ``(n, 2)`` int64 array of (offset, length).
 
     With ``index_url`` the index is also written there in the text format.
     """
-    reader = TFRecordFileReader(url, "", verify, buffer_size, **storage_options)
+    reader = TFRecordFileReader(url, "", verify, buffer_size, storage_options=storage_options)
     parts = []
     for batch in reader:
         parts.append(np.stack([batch.record_offsets, batch.lengths + framing.OVERHEAD], axis=1))
     index = np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64)
     if index_url is not None:
-        write_index(index_url, index, **storage_options)
+        write_index(index_url, index, storage_options=storage_options)
     return index
 
 
@@ -51,15 +54,17 @@ def format_index(index: np.ndarray) -> str:
     return "".join(f"{o} {n}\n" for o, n in np.asarray(index, dtype=np.int64).tolist())
 
 
-def write_index(index_url: str, index: np.ndarray, **storage_options) -> None:
+@strict_keywords
+def write_index(index_url: str, index: np.ndarray, storage_options: Mapping | None = None) -> None:
     """Write an index file (atomically)."""
-    with storage.open_atomic(index_url, **storage_options) as f:
+    with storage.open_atomic(index_url, **dict(storage_options or {})) as f:
         f.write(format_index(index).encode("ascii"))
 
 
-def read_index(index_url: str, **storage_options) -> np.ndarray:
+@strict_keywords
+def read_index(index_url: str, storage_options: Mapping | None = None) -> np.ndarray:
     """Read an index file; returns an ``(n, 2)`` int64 array. Malformed lines raise ValueError."""
-    text = storage.read_bytes(index_url, **storage_options).decode("ascii")
+    text = storage.read_bytes(index_url, **dict(storage_options or {})).decode("ascii")
     rows = []
     for lineno, line in enumerate(io.StringIO(text), 1):
         fields = line.split()
@@ -105,14 +110,16 @@ class IndexedTFRecordFile:
     (2, b'x', b'yz')
     """
 
-    def __init__(self, url: str, index=None, verify: bool = True, **storage_options):
+    @strict_keywords
+    def __init__(self, url: str, index=None, verify: bool = True,
+                 storage_options: Mapping | None = None):
         self.url = url
         self.verify = verify
-        self.storage_options = storage_options
+        self.storage_options = dict(storage_options or {})
         if index is None:
-            index = build_index(url, verify=verify, **storage_options)
+            index = build_index(url, verify=verify, storage_options=self.storage_options)
         elif isinstance(index, str):
-            index = read_index(index, **storage_options)
+            index = read_index(index, storage_options=self.storage_options)
         self.index = np.asarray(index, dtype=np.int64).reshape(-1, 2)
         self._f = None
 
@@ -147,7 +154,9 @@ class IndexedTFRecordFile:
         self.close()
 
 
-def read_record_at(url: str, i: int, index=None, verify: bool = True, **storage_options) -> bytes:
+@strict_keywords
+def read_record_at(url: str, i: int, index=None, verify: bool = True,
+                   storage_options: Mapping | None = None) -> bytes:
     """Record ``i`` of ``url`` using ``index`` (an array, an index file URL, or None to build one)."""
-    with IndexedTFRecordFile(url, index, verify, **storage_options) as f:
+    with IndexedTFRecordFile(url, index, verify, storage_options) as f:
         return f[i]

@@ -22,52 +22,29 @@ import logging
 import mmap
 import os
 import time
-import zlib
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Mapping
 
 import numpy as np
 
 from tpudata import _accel, storage
+from tpudata._keywords import strict_keywords
 from tpudata.errors import CorruptRecordError, DataLossError, StorageError, TruncatedRecordError
 from tpudata.tfrecord import framing
 from tpudata.tfrecord.batch import RecordBatch
+from tpudata.tfrecord.compression import (  # noqa: F401 - normalize/detect re-exported
+    DecompressedStream,
+    detect_compression,
+    normalize_compression,
+    record_error,
+)
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_BUFFER_SIZE = storage.DEFAULT_BUFFER_SIZE
 MAX_BATCH_RECORDS = 65536
 MMAP_WINDOW = 8 << 20
-_COMPRESSED_CHUNK = 1 << 20
 _NOT_TFRECORD_HINT = " (Is this even a TFRecord file?)"
 _ON_ERROR = ("raise", "skip")
-
-
-def normalize_compression(compression: str | None) -> str | None:
-    """``None`` (detect), ``""`` (none), ``"GZIP"`` or ``"ZLIB"``; raises ValueError otherwise."""
-    if compression is None:
-        return None
-    c = compression.upper()
-    if c in ("", "NONE"):
-        return ""
-    if c in ("GZIP", "ZLIB"):
-        return c
-    raise ValueError(f"compression must be None, '', 'GZIP' or 'ZLIB', not {compression!r}")
-
-
-def detect_compression(head: bytes) -> str:
-    """Guess the compression of a stream from its first bytes (at least 12 when available)."""
-    if len(head) >= framing.HEADER_SIZE:
-        length_bytes = head[:8]
-        stored = int.from_bytes(head[8:12], "little")
-        if framing.masked_crc32c(length_bytes) == stored:
-            return ""
-    if head[:2] == b"\x1f\x8b":
-        return "GZIP"
-    if len(head) >= 2:
-        cmf, flg = head[0], head[1]
-        if cmf & 0x0F == 8 and cmf >> 4 <= 7 and (cmf << 8 | flg) % 31 == 0:
-            return "ZLIB"
-    return ""
 
 
 def _status(exc) -> int | None:
@@ -203,97 +180,6 @@ class _PeekedSource:
         self.raw.close()
 
 
-class _InflateSource:
-    """The decompressed bytes of a GZIP (possibly multi-member) or ZLIB source."""
-
-    def __init__(self, src, compression: str, url: str):
-        self.src = src
-        self.compression = compression
-        self.url = url
-        self.wbits = 31 if compression == "GZIP" else 15
-        self.d = zlib.decompressobj(self.wbits)
-        self.pending = memoryview(b"")
-        self.pos = 0  # decompressed bytes delivered
-        self.done = False
-        self.size = None
-        self.raw_read = 0
-        self._deferred: DataLossError | None = None
-        self._chunk = bytearray(_COMPRESSED_CHUNK)
-
-    def _read_raw(self) -> bytes:
-        n = self.src.readinto(memoryview(self._chunk))
-        self.raw_read += n
-        return bytes(self._chunk[:n])
-
-    def _error(self, message: str) -> DataLossError:
-        return DataLossError(f"{message} (decompressed offset {self.pos})", self.url, self.pos)
-
-    def _produce(self, want: int) -> None:
-        d = self.d
-        try:
-            if d.eof:
-                rest = d.unused_data or self._read_raw()
-                if not rest:
-                    self.done = True
-                    return
-                if self.compression != "GZIP":
-                    raise self._error("unexpected data after the end of the ZLIB stream")
-                self.d = d = zlib.decompressobj(self.wbits)  # next gzip member
-                self.pending = memoryview(d.decompress(rest, want))
-                return
-            data = d.unconsumed_tail or self._read_raw()
-            if not data and self.raw_read == 0:
-                self.done = True  # an empty file holds no records, as in TensorFlow
-                return
-            if not data:
-                raise TruncatedRecordError(
-                    f"truncated {self.compression} stream (decompressed offset {self.pos})",
-                    self.url,
-                    self.pos,
-                )
-            self.pending = memoryview(d.decompress(data, want))
-        except zlib.error as exc:
-            raise self._error(f"corrupt {self.compression} stream: {exc}") from exc
-
-    def readinto(self, mv) -> int:
-        if self._deferred is not None:
-            error, self._deferred = self._deferred, None
-            raise error
-        total = 0
-        want = len(mv)
-        while total < want:
-            if self.pending.nbytes:
-                n = min(self.pending.nbytes, want - total)
-                mv[total : total + n] = self.pending[:n]
-                self.pending = self.pending[n:]
-                total += n
-                continue
-            if self.done:
-                break
-            try:
-                self._produce(max(want - total, 1 << 16))
-            except DataLossError as exc:
-                if not total:
-                    raise
-                # hand over what was decompressed before the damage; report it next call
-                exc.offset = self.pos + total
-                self._deferred = exc
-                break
-        self.pos += total
-        return total
-
-    def skip(self, n: int) -> None:
-        scratch = np.empty(min(n, 1 << 20) or 1, dtype=np.uint8)
-        while n:
-            got = self.readinto(memoryview(scratch)[: min(n, len(scratch))])
-            if not got:
-                raise TruncatedRecordError(f"truncated record at {self.pos}", self.url, self.pos)
-            n -= got
-
-    def close(self):
-        self.src.close()
-
-
 class TFRecordFileReader:
     """Reads the records of one TFRecord file as :class:`RecordBatch` objects.
 
@@ -302,16 +188,22 @@ class TFRecordFileReader:
     ``ignore_errors``) instead of raising. ``start_offset`` resumes at a record boundary
     (a previous :attr:`offset`).
 
-    Local uncompressed files are memory-mapped in windows of ``max(buffer_size, 8 MiB)``
-    (batches are views of the page cache: no read copy); other sources are read with
-    ``readinto`` in ``buffer_size`` blocks. Pass ``use_mmap=False`` for files that may be
-    truncated in place while they are read (a shrinking mapped file raises SIGBUS).
+    Files are read with ``readinto`` in ``buffer_size`` blocks; compressed files (given or
+    detected) are decoded by :class:`~tpudata.tfrecord.compression.DecompressedStream`, and every
+    record that decodes intact before damage is delivered first. ``use_mmap=True`` memory-maps
+    local uncompressed files in windows of ``max(buffer_size, 8 MiB)`` instead (batches are views
+    of the page cache: no read copy) - at a risk: a mapped file that another process truncates
+    while it is read kills this process with SIGBUS, which Python cannot catch. Without it, a
+    file that shrinks ends in a :class:`~tpudata.errors.TruncatedRecordError` naming it.
+    ``storage_options`` go to fsspec (e.g. ``{"token": "anon"}``); a misspelt keyword raises
+    ``TypeError`` naming the closest valid one.
 
     >>> with TFRecordFileReader("memory://doc/r.tfrecord") as r:
     ...     [len(b) for b in r], r.offset
     ([2], 35)
     """
 
+    @strict_keywords
     def __init__(
         self,
         url: str,
@@ -322,8 +214,8 @@ class TFRecordFileReader:
         start_offset: int = 0,
         max_batch_records: int | None = None,
         retries: int = 10,
-        use_mmap: bool = True,
-        **storage_options,
+        use_mmap: bool = False,
+        storage_options: Mapping | None = None,
     ):
         if on_error not in _ON_ERROR:
             raise ValueError(f"on_error must be one of {_ON_ERROR}, not {on_error!r}")
@@ -331,7 +223,7 @@ class TFRecordFileReader:
             raise ValueError(f"buffer_size must be at least 64 bytes, not {buffer_size}")
         if start_offset < 0:
             raise ValueError(f"start_offset must be >= 0, not {start_offset}")
-        _accel.ensure_allocator_tuned()
+        _accel.tune_allocator_if_requested()
         self.url = url
         self.compression = normalize_compression(compression)
         self.verify = verify
@@ -341,7 +233,7 @@ class TFRecordFileReader:
         self.max_batch_records = max(1, int(max_batch_records or MAX_BATCH_RECORDS))
         self.retries = retries
         self.use_mmap = use_mmap
-        self.storage_options = storage_options
+        self.storage_options = dict(storage_options or {})
         self._src = None
         self.records_read = 0
 
@@ -367,22 +259,31 @@ class TFRecordFileReader:
             src = _PeekedSource(raw, head)
             self.compression = compression
         if compression:
-            src = _InflateSource(src, compression, self.url)
+            src = DecompressedStream(src, compression, self.url)
+            self._src = src
             if self.offset:
-                src.skip(self.offset)
-        elif self.offset and src is not raw:
-            # detection read from byte 0 of an uncompressed file: reopen at the resume point
-            raw.close()
-            src = _RawSource(self.url, self.buffer_size, self.offset, self.retries, self.storage_options)
+                src.skip(self.offset)  # ValueError past the end, as on every path
+        else:
+            if self.offset and src is not raw:
+                # detection read from byte 0 of an uncompressed file: reopen at the resume point
+                raw.close()
+                src = raw = _RawSource(
+                    self.url, self.buffer_size, self.offset, self.retries, self.storage_options)
+            self._src = src
+            if raw.size is not None and self.offset > raw.size:
+                raise ValueError(self._past_end(raw.size))
         self._src = src
         return src
 
     # -- errors ----------------------------------------------------------------------------------
-    def _fail(self, cls, kind: str, offset: int, partial_header: bool = False):
+    def _past_end(self, size: int) -> str:
+        return f"start_offset {self.offset} is past the end of {self.url} ({size} bytes)"
+
+    def _fail(self, cls, kind: str, offset: int, partial_header: bool = False, note: str = ""):
         # TensorFlow adds the hint to "corrupted record at 0"; a partial header at 0 (which
         # TensorFlow silently takes for the end of the file) gets it too.
         hint = _NOT_TFRECORD_HINT if offset == 0 and (kind == "corrupted" or partial_header) else ""
-        message = f"{kind} record at {offset}{hint}"
+        message = f"{kind} record at {offset}{hint}{note}"
         if self.on_error == "skip":
             logger.warning("skipping the rest of %s: %s", self.url, message)
             return
@@ -442,8 +343,11 @@ class TFRecordFileReader:
             pos, need, bad = yield from self._scan_window(buf, 0, filled, base)
             if bad is not None:
                 return self._fail(CorruptRecordError, "corrupted", bad)
-            if source_error is not None:
-                raise source_error
+            if source_error is not None:  # TensorFlow's offset: the first record not delivered
+                raise record_error(source_error, base + pos, self.url)
+            if eof and pos == filled and known_size is not None and base + pos < known_size:
+                return self._fail(TruncatedRecordError, "truncated", base + pos, note=(
+                    f" (the file shrank from {known_size} bytes while it was read)"))
             if pos == filled and (eof or (known_size is not None and base + pos >= known_size)):
                 return  # clean end of file
             beyond = known_size is not None and base + pos + need > known_size
@@ -499,7 +403,7 @@ class TFRecordFileReader:
                     )
                 del mm  # batches still using the window keep it alive
             if pos > size:
-                raise ValueError(f"start_offset {pos} is past the end of {self.url} ({size} bytes)")
+                raise ValueError(self._past_end(size))
         finally:
             os.close(fd)
 
@@ -515,39 +419,53 @@ class TFRecordFileReader:
         self.close()
 
 
+@strict_keywords
 def read_record_batches(
     urls: str | Iterable[str],
     compression: str | None = None,
     verify: bool = True,
     buffer_size: int = DEFAULT_BUFFER_SIZE,
     on_error: str = "raise",
-    use_mmap: bool = True,
-    **storage_options,
+    use_mmap: bool = False,
+    storage_options: Mapping | None = None,
 ) -> Iterator[RecordBatch]:
-    """Batches of records from one or more files (paths, URLs or globs), in order."""
-    for url in storage.expand(urls, **storage_options):
-        reader = TFRecordFileReader(
-            url, compression, verify, buffer_size, on_error, use_mmap=use_mmap, **storage_options
-        )
+    """Batches of records from one or more files (paths, URLs or globs), in order.
+
+    Arguments as for :class:`TFRecordFileReader`; a misspelt keyword raises ``TypeError``.
+    """
+    so = dict(storage_options or {})
+    normalize_compression(compression)  # bad arguments raise at the call, not at the first next()
+    if on_error not in _ON_ERROR:
+        raise ValueError(f"on_error must be one of {_ON_ERROR}, not {on_error!r}")
+    return _batches_of(urls, compression, verify, buffer_size, on_error, use_mmap, so)
+
+
+def _batches_of(urls, compression, verify, buffer_size, on_error, use_mmap, so):
+    for url in storage.expand(urls, **so):
+        reader = TFRecordFileReader(url, compression, verify, buffer_size, on_error,
+                                    use_mmap=use_mmap, storage_options=so)
         yield from reader.batches()
 
 
+@strict_keywords
 def read_records(
     url: str | Iterable[str],
     compression: str | None = None,
     verify: bool = True,
     buffer_size: int = DEFAULT_BUFFER_SIZE,
     on_error: str = "raise",
-    use_mmap: bool = True,
-    **storage_options,
+    use_mmap: bool = False,
+    storage_options: Mapping | None = None,
 ) -> Iterator[bytes]:
     """Iterate over the records (bytes) of TFRecord file(s), checking CRCs unless ``verify=False``.
 
     Errors are TensorFlow's: :class:`~tpudata.errors.CorruptRecordError` ("corrupted record at N")
     and :class:`~tpudata.errors.TruncatedRecordError` ("truncated record at N"), both carrying
-    ``path`` and ``offset``; records before the bad one are delivered first.
+    ``path`` and ``offset`` (for compressed files: the record's start in the decompressed
+    stream); every record before the bad one is delivered first. ``use_mmap=True`` memory-maps
+    local uncompressed files (faster, but a file truncated while it is read kills the process
+    with SIGBUS). ``storage_options`` go to fsspec.
     """
-    for batch in read_record_batches(
-        url, compression, verify, buffer_size, on_error, use_mmap, **storage_options
-    ):
+    for batch in read_record_batches(url, compression, verify, buffer_size, on_error, use_mmap,
+                                     storage_options):
         yield from batch.to_list()

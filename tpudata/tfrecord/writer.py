@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import logging
 import zlib
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from tpudata import storage
+from tpudata._keywords import strict_keywords
 from tpudata.tfrecord import framing
-from tpudata.tfrecord.reader import normalize_compression
+from tpudata.tfrecord.compression import normalize_compression
 
 logger = logging.getLogger(__name__)
 
@@ -44,12 +45,13 @@ class TFRecordWriter:
     A file object passed in is flushed but not closed.
     """
 
+    @strict_keywords
     def __init__(
         self,
         url_or_fileobj,
         compression: str | None = None,
         compression_level: int = zlib.Z_DEFAULT_COMPRESSION,
-        **storage_options,
+        storage_options: Mapping | None = None,
     ):
         comp = normalize_compression(compression) or ""
         self.compression = comp
@@ -62,7 +64,7 @@ class TFRecordWriter:
             import os
 
             self.url = os.fspath(url_or_fileobj)
-            self._sink = storage.open_atomic(self.url, **storage_options)
+            self._sink = storage.open_atomic(self.url, **dict(storage_options or {}))
             self._owns_sink = True
         elif hasattr(url_or_fileobj, "write"):
             self.url = getattr(url_or_fileobj, "name", None)
@@ -183,9 +185,12 @@ class TFRecordWriter:
                 pass
 
 
-def write_records(url_or_fileobj, records: Iterable, compression: str | None = None, **kw) -> int:
+@strict_keywords
+def write_records(url_or_fileobj, records: Iterable, compression: str | None = None,
+                  compression_level: int = zlib.Z_DEFAULT_COMPRESSION,
+                  storage_options: Mapping | None = None) -> int:
     """Write ``records`` to a new TFRecord file; returns how many were written."""
-    with TFRecordWriter(url_or_fileobj, compression, **kw) as w:
+    with TFRecordWriter(url_or_fileobj, compression, compression_level, storage_options) as w:
         return w.write_many(records)
 
 
