@@ -276,6 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_infeed(args) -> int:
+    import tpudata
+
+    tpudata.tune_malloc()  # as TF's guides get from tcmalloc; the library leaves it to the caller
     results = run(args)
     print()
     print(table(results))

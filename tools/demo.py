@@ -78,6 +78,9 @@ def main(argv=None) -> int:
                     help="simulated device time per step (a real model's step on the accelerator)")
     ap.add_argument("--workdir", default=None, help="keep the generated images here")
     args = ap.parse_args(argv)
+    import tpudata
+
+    tpudata.tune_malloc()  # what TF's guides get from tcmalloc; the library leaves it to the caller
     logging.basicConfig(level=logging.WARNING, format="  %(message)s")
     logging.getLogger("tpudata.tpu.estimator").setLevel(logging.INFO)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
