@@ -11,12 +11,12 @@ Pipelines (train and eval), batches of 128, drop_remainder:
   tpudata   ... -> parse -> batch(128, drop_remainder) -> map(resnet_preprocess_batch) -> prefetch
   batch     (one GIL-free C call per batch, one thread per core, written into the batch array)
 
-Prints images/s (best of --repeat epochs after a warm-up), CPU ms per image (process CPU time /
+Prints images/s (best epoch; --rounds alternate the contenders, each round a warm-up + --repeat epochs), CPU ms per image (process CPU time /
 images), core utilisation (CPU time / wall / cores), images/s per busy core, and the decode-only
 reference (full decode of every image with the chosen decoder, one thread). The machine may be
 shared: compare the ratios measured in one run.
 
-    python benchmarks/bench_image.py [--images 2000] [--repeat 3] [--tf-python /path/to/python]
+    python benchmarks/bench_image.py [--images 2000] [--rounds 2] [--repeat 2] [--tf-python /path/to/python]
 """
 
 from __future__ import annotations
@@ -246,6 +246,11 @@ def summarise(name: str, res: dict, cores: int) -> dict:
     return row
 
 
+def _merge(results: list[dict]) -> dict:
+    return {"times": [t for r in results for t in r["times"]], "cpus": [c for r in results for c in r["cpus"]],
+            "n": results[0]["n"]}
+
+
 def _default_tf_python() -> str | None:
     import importlib.util
 
@@ -257,7 +262,8 @@ def _default_tf_python() -> str | None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=int, default=2000)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=2, help="timed epochs per round (after a warm-up)")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds alternating tpudata and tf.data")
     ap.add_argument("--dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "tpudata-bench", "images"))
     ap.add_argument("--tf-python", default=_default_tf_python(),
                     help="a Python with TensorFlow for the peer (default: this one, or $TPUDATA_TF_PYTHON)")
@@ -268,7 +274,8 @@ def main(argv=None) -> int:
     pattern = make_shards(args.dir, args.images)
     kernel = ti._backend.kernel() is not None
     print(f"tpudata {tpudata.__version__}, image kernel {'on (libjpeg-turbo)' if kernel else 'off (Pillow)'}, "
-          f"{cores} cpus, {args.images} JPEGs in {SHARDS} shards, batch {BATCH}, {SIZE}x{SIZE}, best of {args.repeat}")
+          f"{cores} cpus, {args.images} JPEGs in {SHARDS} shards, batch {BATCH}, {SIZE}x{SIZE}, "
+          f"{args.rounds} rounds x {args.repeat} epochs; load average {os.getloadavg()[0]:.1f}")
     dec, pil = decode_reference(pattern)
     print(f"decode-only reference (full decode, 1 thread, CPU time): {dec:.2f} ms/img = {1e3 / dec:.0f} img/s "
           f"per core (tpudata.image.decode_jpeg, libjpeg-turbo); Pillow {pil:.2f} ms/img")
@@ -276,20 +283,26 @@ def main(argv=None) -> int:
     for mode in args.mode:
         train = mode == "train"
         print(f"{mode}:")
-        rows = {}
-        rows["tpudata_batch"] = summarise("tpudata batch-level op", run_epochs(
-            lambda: tpudata_batch(pattern, train, args.threads), args.repeat), cores)
-        rows["tpudata_map"] = summarise("tpudata per-element map", run_epochs(
-            lambda: tpudata_per_element(pattern, train, args.threads), args.repeat), cores)
-        if args.tf_python:
-            tf_res = run_tf(args.tf_python, pattern, train, args.repeat)
-            if tf_res:
-                rows["tf"] = summarise(f"tf.data (TF {tf_res['version']})", tf_res, cores)
-                for k in ("tpudata_batch", "tpudata_map"):
-                    rows[k]["x_tf"] = rows[k]["img_s"] / rows["tf"]["img_s"]
-                    rows[k]["cpu_vs_tf"] = rows[k]["cpu_ms_per_img"] / rows["tf"]["cpu_ms_per_img"]
-                    print(f"  {k}: {rows[k]['x_tf']:.2f}x tf.data images/s, CPU per image "
-                          f"{rows[k]['cpu_vs_tf'] * 100:.0f}% of tf.data's", flush=True)
+        # the machine may be shared: alternate the contenders over --rounds and keep each one's best
+        runs: dict = {"tpudata_batch": [], "tpudata_map": [], "tf": []}
+        version = None
+        for _ in range(args.rounds):
+            runs["tpudata_batch"].append(run_epochs(lambda: tpudata_batch(pattern, train, args.threads), args.repeat))
+            if args.tf_python:
+                tf_res = run_tf(args.tf_python, pattern, train, args.repeat)
+                if tf_res:
+                    runs["tf"].append(tf_res)
+                    version = tf_res["version"]
+            runs["tpudata_map"].append(run_epochs(lambda: tpudata_per_element(pattern, train, args.threads), 1))
+        names = {"tpudata_batch": "tpudata batch-level op", "tpudata_map": "tpudata per-element map",
+                 "tf": f"tf.data (TF {version})"}
+        rows = {k: summarise(names[k], _merge(v), cores) for k, v in runs.items() if v}
+        if "tf" in rows:
+            for k in ("tpudata_batch", "tpudata_map"):
+                rows[k]["x_tf"] = rows[k]["img_s"] / rows["tf"]["img_s"]
+                rows[k]["cpu_vs_tf"] = rows[k]["cpu_ms_per_img"] / rows["tf"]["cpu_ms_per_img"]
+                print(f"  {k}: {rows[k]['x_tf']:.2f}x tf.data images/s, CPU per image "
+                      f"{rows[k]['cpu_vs_tf'] * 100:.0f}% of tf.data's", flush=True)
         results[mode] = rows
     print(json.dumps(results))
     return 0

@@ -127,3 +127,15 @@ def test_inception_preset(mode):
     assert np.abs((ev[0] + 1) / 2 - ref).mean() < (1e-5 if mode == "kernel" else 0.01)
     tr = ti.inception_preprocess(images[1], True, 40, seed=3)
     assert tr.shape == (40, 40, 3)
+
+
+@needs_kernel
+@pytest.mark.parametrize("name", ["jgray", "jcmyk", "j422", "jprog"])
+def test_batch_kernel_handles_every_jpeg_kind(name):
+    data = golden_bytes(G, name)
+    rgb = G[f"decode/{name}/3"]  # TensorFlow's decode (the kernel's is bit-identical)
+    h, w = rgb.shape[:2]
+    crops = np.array([[2, 3, h - 5, w - 9]], np.int32)
+    out = ti.preprocess_batch([data], crops, np.zeros(1, np.uint8), (20, 30), normalize=False)
+    ref = ti.resize_bicubic(rgb[2:h - 3, 3:w - 6], (20, 30)) * np.float32(1 / 255)
+    assert np.abs(out[0] - ref).max() < 1e-6

@@ -65,7 +65,6 @@ def _info(buf) -> tuple[int, int, int, int]:
 def extract_jpeg_shape(contents) -> np.ndarray:
     """``tf.image.extract_jpeg_shape``: ``[height, width, components]`` (int32) from the header only.
 
-    >>> from tpudata.image.synthetic import photo_like
     >>> extract_jpeg_shape(_jpeg_for_doc()).tolist()
     [12, 20, 3]
     """
@@ -151,7 +150,7 @@ def _pillow_decode(buf, channels: int, op: str) -> np.ndarray:
 
 
 def decode_png(contents, channels: int = 0, dtype=np.uint8) -> np.ndarray:
-    """``tf.io.decode_png`` (8- and 16-bit PNGs; via Pillow).
+    """``tf.io.decode_png`` via Pillow (8-bit, and 16-bit grayscale; Pillow reads 16-bit colour PNGs as 8-bit).
 
     ``channels``: 0 = as stored, 1 = gray, 2 = gray+alpha, 3 = RGB, 4 = RGBA. RGB -> gray uses libpng's
     fixed-point BT.601 weights as TensorFlow does (equal but for +-1 on ~0.3% of pixels).
