@@ -29,10 +29,8 @@ def _ours(key: str):
 def test_resize_matches_tensorflow(key):
     got, want = _ours(key), G[key]
     assert got.dtype == want.dtype and got.shape == want.shape
-    # within 1e-4 on images scaled to [0, 1] (TensorFlow's own float32 rounding)
-    assert np.abs(got.astype(np.float64) - want).max() / 255.0 < 1e-4 / 1.0
-    if "/1/" not in key:  # same operation order as TensorFlow's kernels: exact
-        np.testing.assert_array_equal(got, want)
+    # same float32 operations in the same order as TensorFlow's kernels: exact (the issue asks 1e-4)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_resize_accepts_batches_and_rejects_bad_arguments():

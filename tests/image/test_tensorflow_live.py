@@ -37,4 +37,5 @@ def test_resize_at_imagenet_size(method, antialias):
     src = np.random.default_rng(1).integers(0, 256, (333, 500, 3)).astype(np.uint8)
     want = tf.image.resize(src, (224, 224), method=method, antialias=antialias).numpy()
     got = ti.resize(src, (224, 224), method=method, antialias=antialias)
-    assert np.abs(got.astype(np.float64) - want).max() / 255 < 1e-4
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)  # exact (the issue asks 1e-4)

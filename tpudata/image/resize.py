@@ -238,14 +238,16 @@ def _scale_and_translate(arr: np.ndarray, oh: int, ow: int, method: str) -> np.n
     n, h, w, c = src.shape
     xs, xw = _spans(w, ow, method)
     ys, yw = _spans(h, oh, method)
-    mid = np.zeros((n, h, ow, c), F)
-    for x in range(ow):  # columns first, then rows (GatherColumns into an (h, out_w) buffer)
-        for k in range(min(xs[x] + xw.shape[1], w) - xs[x]):
-            mid[:, :, x] += xw[x, k] * src[:, :, xs[x] + k]
+    mid = np.zeros((n, oh, w, c), F)
+    for k in range(yw.shape[1]):  # rows first (GatherRows into an (out_h, w) buffer), then columns
+        idx = ys + k
+        wk = np.where(idx < h, yw[:, k], F(0)).astype(F)
+        mid += src[:, np.minimum(idx, h - 1)] * wk[None, :, None, None]
     out = np.zeros((n, oh, ow, c), F)
-    for y in range(oh):
-        for k in range(min(ys[y] + yw.shape[1], h) - ys[y]):
-            out[:, y] += yw[y, k] * mid[:, ys[y] + k]
+    for k in range(xw.shape[1]):
+        idx = xs + k
+        wk = np.where(idx < w, xw[:, k], F(0)).astype(F)
+        out += mid[:, :, np.minimum(idx, w - 1)] * wk[None, None, :, None]
     return out
 
 
