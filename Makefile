@@ -11,7 +11,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 # (Re)install whenever the packaging or the C accelerator changes.
-$(STAMP): pyproject.toml setup.py tpudata/_native.c | $(BIN)/python
+$(STAMP): pyproject.toml setup.py tpudata/_native.c tpudata/image/_imgkernel.c | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[test]'
 	@touch $@
 
@@ -27,4 +27,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_read.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info tpudata/*.so demo_out
+	rm -rf $(VENV) build *.egg-info tpudata/*.so tpudata/image/*.so demo_out

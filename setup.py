@@ -13,6 +13,15 @@ setup(
             sources=["tpudata/_native.c"],
             extra_compile_args=["-O3", "-std=c99", "-fno-strict-aliasing"],
             optional=True,
-        )
+        ),
+        # tpudata.image's decode/preprocess kernel against the system libjpeg-turbo (optional too)
+        Extension(
+            "tpudata.image._imgkernel",
+            sources=["tpudata/image/_imgkernel.c"],
+            libraries=["jpeg"],
+            extra_compile_args=["-O3", "-std=gnu99", "-fno-strict-aliasing", "-ffp-contract=off"],
+            extra_link_args=["-pthread"],
+            optional=True,
+        ),
     ]
 )

@@ -87,12 +87,24 @@ class StorageError(TpuDataError, OSError):
     """A storage URL that cannot be opened, listed or written."""
 
 
+class InvalidImageError(TpuDataError, ValueError):
+    """Image bytes that cannot be decoded, or a crop window outside the image (``index``: batch position)."""
+
+    def __init__(self, message: str, index: int | None = None):
+        super().__init__(message)
+        self.index = index
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.index))
+
+
 __all__ = [
     "CorruptRecordError",
     "DataLossError",
     "DecodeError",
     "HostCallError",
     "InvalidExampleError",
+    "InvalidImageError",
     "SpecError",
     "StaticShapeError",
     "StorageError",

@@ -1,0 +1,312 @@
+"""ResNet input pipelines: tpudata.image against tensorflow/tpu's tf.data + resnet_preprocessing, same run.
+
+Data: --images photo-like JPEGs (~500x375, ~100 KB, q90) as imagenet_to_gcs Examples in 8 shards.
+Pipelines (train and eval), batches of 128, drop_remainder:
+
+  tf.data   list_files -> interleave(TFRecordDataset, AUTOTUNE) -> shuffle(1024) ->
+            map(parse_single_example + resnet_preprocessing.preprocess_image, AUTOTUNE) ->
+            batch(128) -> prefetch(AUTOTUNE)                      (TensorFlow in a subprocess)
+  tpudata   list_files -> interleave -> shuffle(1024) -> parse -> map(resnet_preprocess, 2 threads)
+  per-elem  -> batch(128, drop_remainder) -> prefetch
+  tpudata   ... -> parse -> batch(128, drop_remainder) -> map(resnet_preprocess_batch) -> prefetch
+  batch     (one GIL-free C call per batch, one thread per core, written into the batch array)
+
+Prints images/s (best epoch; --rounds alternate the contenders, each round a warm-up + --repeat epochs), CPU ms per image (process CPU time /
+images), core utilisation (CPU time / wall / cores), images/s per busy core, and the decode-only
+reference (full decode of every image with the chosen decoder, one thread). The machine may be
+shared: compare the ratios measured in one run.
+
+    python benchmarks/bench_image.py [--images 2000] [--rounds 2] [--repeat 2] [--tf-python /path/to/python]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import resource
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+
+import tpudata
+import tpudata.image as ti
+from tpudata import Dataset, FixedLenFeature, TFRecordDataset
+from tpudata.image.synthetic import photo_like
+
+SHARDS = 8
+BATCH = 128
+SIZE = 224
+SPEC = {"image/encoded": FixedLenFeature([], bytes), "image/class/label": FixedLenFeature([], np.int64)}
+
+
+def make_shards(directory: str, n: int) -> str:
+    from PIL import Image
+
+    os.makedirs(directory, exist_ok=True)
+    pattern = os.path.join(directory, f"train-*-of-{SHARDS:05d}")
+    paths = [os.path.join(directory, f"train-{s:05d}-of-{SHARDS:05d}") for s in range(SHARDS)]
+    stamp = os.path.join(directory, f"done-{n}")
+    if os.path.exists(stamp):
+        return pattern
+    rng = np.random.default_rng(0)
+    from tqdm import tqdm
+
+    writers = [tpudata.TFRecordWriter(p) for p in paths]
+    for i in tqdm(range(n), desc="writing JPEG shards", unit="img", disable=not sys.stderr.isatty()):
+        h, w = (375, 500) if rng.random() < 0.7 else (500, 375)
+        h += int(rng.integers(-40, 41))
+        w += int(rng.integers(-40, 41))
+        buf = io.BytesIO()
+        Image.fromarray(photo_like(rng, h, w)).save(buf, "JPEG", quality=90)
+        ex = {"image/encoded": buf.getvalue(), "image/format": b"JPEG", "image/class/label": int(i % 1000) + 1,
+              "image/height": h, "image/width": w, "image/channels": 3, "image/colorspace": b"RGB",
+              "image/class/synset": b"n01440764", "image/filename": f"img_{i}.JPEG".encode()}
+        writers[i % SHARDS].write(tpudata.encode_example(ex))
+    for w_ in writers:
+        w_.close()
+    open(stamp, "w").close()
+    return pattern
+
+
+def _source(pattern: str):
+    return (Dataset.list_files(pattern)
+            .interleave(lambda f: TFRecordDataset(f), cycle_length=SHARDS, num_parallel_calls=2)
+            .shuffle(1024, seed=0)
+            .parse(SPEC))
+
+
+def tpudata_per_element(pattern: str, train: bool, threads: int):
+    def prep(features, index):
+        image = ti.resnet_preprocess(features["image/encoded"], train, SIZE, seed=(0, int(index)))
+        return image, features["image/class/label"] - 1
+
+    return (Dataset.zip((_source(pattern), Dataset.range(1 << 62)))
+            .map(prep, num_parallel_calls=threads)
+            .batch(BATCH, drop_remainder=True)
+            .prefetch(2))
+
+
+def tpudata_batch(pattern: str, train: bool, threads: int):
+    def prep(features, step):
+        images = ti.resnet_preprocess_batch(features["image/encoded"], train, SIZE, seed=(0, int(step)),
+                                            num_threads=threads)
+        return images, features["image/class/label"] - 1
+
+    return (Dataset.zip((_source(pattern).batch(BATCH, drop_remainder=True), Dataset.range(1 << 62)))
+            .map(prep)
+            .prefetch(2))
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def run_epochs(make, repeat: int) -> dict:
+    times, cpus = [], []
+    for epoch in range(repeat + 1):
+        ds = make()
+        t0, c0, n = time.perf_counter(), _cpu(), 0
+        with ds.iterator() as it:
+            for images, labels in it:
+                assert images.shape[1:] == (SIZE, SIZE, 3)
+                n += len(images)
+        if epoch:
+            times.append(time.perf_counter() - t0)
+            cpus.append(_cpu() - c0)
+    return {"times": times, "cpus": cpus, "n": n}
+
+
+TF_SCRIPT = textwrap.dedent("""
+    import json, os, resource, sys, time
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    import tensorflow as tf
+    pattern, train, repeat, size = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3]), int(sys.argv[4])
+    MEAN_RGB, STDDEV_RGB, CROP_PADDING = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225], 32
+
+    # tensorflow/tpu models/official/resnet/resnet_preprocessing.py (IMAGE_SIZE = size)
+    def distorted_bounding_box_crop(image_bytes, bbox, min_object_covered, aspect_ratio_range,
+                                    area_range, max_attempts):
+        shape = tf.image.extract_jpeg_shape(image_bytes)
+        begin, bsize, _ = tf.image.sample_distorted_bounding_box(
+            shape, bounding_boxes=bbox, min_object_covered=min_object_covered,
+            aspect_ratio_range=aspect_ratio_range, area_range=area_range,
+            max_attempts=max_attempts, use_image_if_no_bounding_boxes=True)
+        offset_y, offset_x, _ = tf.unstack(begin)
+        target_height, target_width, _ = tf.unstack(bsize)
+        window = tf.stack([offset_y, offset_x, target_height, target_width])
+        image = tf.image.decode_and_crop_jpeg(image_bytes, window, channels=3)
+        return tf.image.convert_image_dtype(image, dtype=tf.float32)
+
+    def decode_and_center_crop(image_bytes):
+        shape = tf.image.extract_jpeg_shape(image_bytes)
+        h, w = shape[0], shape[1]
+        crop = tf.cast(((size / (size + CROP_PADDING)) * tf.cast(tf.minimum(h, w), tf.float32)), tf.int32)
+        oy, ox = ((h - crop) + 1) // 2, ((w - crop) + 1) // 2
+        image = tf.image.decode_and_crop_jpeg(image_bytes, tf.stack([oy, ox, crop, crop]), channels=3)
+        image = tf.image.convert_image_dtype(image, dtype=tf.float32)
+        return tf.compat.v1.image.resize_bicubic([image], [size, size])[0]
+
+    def decode_and_random_crop(image_bytes):
+        bbox = tf.constant([0.0, 0.0, 1.0, 1.0], dtype=tf.float32, shape=[1, 1, 4])
+        image = distorted_bounding_box_crop(image_bytes, bbox, 0.1, (3. / 4, 4. / 3.), (0.08, 1.0), 10)
+        original_shape = tf.image.extract_jpeg_shape(image_bytes)
+        bad = tf.reduce_sum(tf.cast(tf.equal(original_shape, tf.shape(image)), tf.int32)) >= 3
+        return tf.cond(bad, lambda: decode_and_center_crop(image_bytes),
+                       lambda: tf.compat.v1.image.resize_bicubic([image], [size, size])[0])
+
+    def preprocess(image_bytes):
+        image = decode_and_random_crop(image_bytes) if train else decode_and_center_crop(image_bytes)
+        image = (image - tf.constant(MEAN_RGB, shape=[1, 1, 3])) / tf.constant(STDDEV_RGB, shape=[1, 1, 3])
+        if train:
+            image = tf.image.random_flip_left_right(image)
+        return tf.reshape(image, [size, size, 3])
+
+    # tensorflow/tpu imagenet_input.py, with TF2's AUTOTUNE in place of contrib ops
+    keys = {"image/encoded": tf.io.FixedLenFeature((), tf.string, ""),
+            "image/class/label": tf.io.FixedLenFeature([], tf.int64, -1)}
+
+    def parser(value):
+        parsed = tf.io.parse_single_example(value, keys)
+        return preprocess(parsed["image/encoded"]), tf.cast(parsed["image/class/label"], tf.int32) - 1
+
+    AUTO = tf.data.AUTOTUNE
+    ds = (tf.data.Dataset.list_files(pattern, shuffle=False)
+          .interleave(lambda f: tf.data.TFRecordDataset(f, buffer_size=8 << 20), cycle_length=8,
+                      num_parallel_calls=AUTO)
+          .shuffle(1024, seed=0)
+          .map(parser, num_parallel_calls=AUTO)
+          .batch(128, drop_remainder=True)
+          .prefetch(AUTO))
+
+    def cpu():
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    times, cpus = [], []
+    for epoch in range(repeat + 1):
+        t0, c0, n = time.perf_counter(), cpu(), 0
+        for images, labels in ds:
+            n += int(images.shape[0])
+        if epoch:
+            times.append(time.perf_counter() - t0)
+            cpus.append(cpu() - c0)
+    print(json.dumps({"times": times, "cpus": cpus, "n": n, "version": tf.__version__}))
+""")
+
+
+def run_tf(python: str, pattern: str, train: bool, repeat: int) -> dict | None:
+    proc = subprocess.run([python, "-c", TF_SCRIPT, pattern, "1" if train else "0", str(repeat), str(SIZE)],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode:
+        print(proc.stderr[-2000:], file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def decode_reference(pattern: str, limit: int = 300) -> tuple[float, float]:
+    """CPU ms per full decode of one image, one thread (the physical reference; CPU time, so a
+    busy machine does not inflate it)."""
+    images = []
+    for path in sorted(tpudata.storage.glob(pattern)):
+        for rec in tpudata.read_records(path):
+            images.append(tpudata.decode_example(rec)["image/encoded"][0])
+            if len(images) >= limit:
+                break
+    from PIL import Image
+
+    def pillow(im):
+        return np.asarray(Image.open(io.BytesIO(im)).convert("RGB"))
+
+    out = []
+    for fn in (lambda im: ti.decode_jpeg(im, channels=3), pillow):
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.thread_time()
+            for im in images:
+                fn(im)
+            best = min(best, time.thread_time() - t0)
+        out.append(best / len(images) * 1e3)
+    return out[0], out[1]
+
+
+def summarise(name: str, res: dict, cores: int) -> dict:
+    best = int(np.argmin(res["times"]))
+    wall, cpu, n = res["times"][best], res["cpus"][best], res["n"]
+    util = cpu / wall / cores
+    row = {"img_s": n / wall, "cpu_ms_per_img": cpu / n * 1e3, "core_util": util,
+           "img_s_per_busy_core": n / cpu}
+    print(f"  {name:<28} {row['img_s']:8.0f} img/s  {row['cpu_ms_per_img']:6.2f} CPU ms/img  "
+          f"cores busy {util * 100:5.1f}%  {row['img_s_per_busy_core']:6.0f} img/s per busy core", flush=True)
+    return row
+
+
+def _merge(results: list[dict]) -> dict:
+    return {"times": [t for r in results for t in r["times"]], "cpus": [c for r in results for c in r["cpus"]],
+            "n": results[0]["n"]}
+
+
+def _default_tf_python() -> str | None:
+    import importlib.util
+
+    if importlib.util.find_spec("tensorflow") is not None:
+        return sys.executable
+    return os.environ.get("TPUDATA_TF_PYTHON")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--images", type=int, default=2000)
+    ap.add_argument("--repeat", type=int, default=2, help="timed epochs per round (after a warm-up)")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds alternating tpudata and tf.data")
+    ap.add_argument("--dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "tpudata-bench", "images"))
+    ap.add_argument("--tf-python", default=_default_tf_python(),
+                    help="a Python with TensorFlow for the peer (default: this one, or $TPUDATA_TF_PYTHON)")
+    ap.add_argument("--mode", nargs="+", default=["train", "eval"], choices=["train", "eval"])
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args(argv)
+    cores = os.cpu_count() or 1
+    pattern = make_shards(args.dir, args.images)
+    kernel = ti._backend.kernel() is not None
+    print(f"tpudata {tpudata.__version__}, image kernel {'on (libjpeg-turbo)' if kernel else 'off (Pillow)'}, "
+          f"{cores} cpus, {args.images} JPEGs in {SHARDS} shards, batch {BATCH}, {SIZE}x{SIZE}, "
+          f"{args.rounds} rounds x {args.repeat} epochs; load average {os.getloadavg()[0]:.1f}")
+    dec, pil = decode_reference(pattern)
+    print(f"decode-only reference (full decode, 1 thread, CPU time): {dec:.2f} ms/img = {1e3 / dec:.0f} img/s "
+          f"per core (tpudata.image.decode_jpeg, libjpeg-turbo); Pillow {pil:.2f} ms/img")
+    results = {"decode_ms": dec, "pillow_decode_ms": pil}
+    for mode in args.mode:
+        train = mode == "train"
+        print(f"{mode}:")
+        # the machine may be shared: alternate the contenders over --rounds and keep each one's best
+        runs: dict = {"tpudata_batch": [], "tpudata_map": [], "tf": []}
+        version = None
+        for _ in range(args.rounds):
+            runs["tpudata_batch"].append(run_epochs(lambda: tpudata_batch(pattern, train, args.threads), args.repeat))
+            if args.tf_python:
+                tf_res = run_tf(args.tf_python, pattern, train, args.repeat)
+                if tf_res:
+                    runs["tf"].append(tf_res)
+                    version = tf_res["version"]
+            runs["tpudata_map"].append(run_epochs(lambda: tpudata_per_element(pattern, train, args.threads), 1))
+        names = {"tpudata_batch": "tpudata batch-level op", "tpudata_map": "tpudata per-element map",
+                 "tf": f"tf.data (TF {version})"}
+        rows = {k: summarise(names[k], _merge(v), cores) for k, v in runs.items() if v}
+        if "tf" in rows:
+            for k in ("tpudata_batch", "tpudata_map"):
+                rows[k]["x_tf"] = rows[k]["img_s"] / rows["tf"]["img_s"]
+                rows[k]["cpu_vs_tf"] = rows[k]["cpu_ms_per_img"] / rows["tf"]["cpu_ms_per_img"]
+                print(f"  {k}: {rows[k]['x_tf']:.2f}x tf.data images/s, CPU per image "
+                      f"{rows[k]['cpu_vs_tf'] * 100:.0f}% of tf.data's", flush=True)
+        results[mode] = rows
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,580 @@
+/* tpudata.image._imgkernel: JPEG decode (whole image or a crop window) and the batch preprocessing
+ * kernel (decode-crop -> TF resize -> flip -> normalise -> cast, written straight into a preallocated
+ * batch), against the system libjpeg-turbo, with the GIL released.
+ *
+ * The pure numpy/Pillow path in tpudata/image/ is the reference; tests/image/ checks this kernel
+ * against it and against TensorFlow's golden outputs.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* libjpeg error handling: longjmp out with the library's message.                            */
+
+struct err_mgr {
+    struct jpeg_error_mgr pub;
+    jmp_buf jmp;
+    char msg[JMSG_LENGTH_MAX];
+};
+
+static void on_error_exit(j_common_ptr cinfo) {
+    struct err_mgr *e = (struct err_mgr *)cinfo->err;
+    (*cinfo->err->format_message)(cinfo, e->msg);
+    longjmp(e->jmp, 1);
+}
+
+static void on_output_message(j_common_ptr cinfo) { (void)cinfo; }
+
+#define ERRLEN 256
+
+/* Decode rows [y, y+h) and columns [x, x+w) of a JPEG into out (row stride out_stride bytes) with
+ * `channels` (1 or 3) channels, as TensorFlow's DecodeJpeg/DecodeAndCropJpeg do (fancy upsampling,
+ * CMYK/YCCK converted to RGB with or without the Adobe inversion). Returns 0 or -1 with err set. */
+static int decode_region(const unsigned char *data, size_t len, int channels, int fast_dct, int fancy,
+                         int y, int x, int h, int w, unsigned char *out, ptrdiff_t out_stride,
+                         char *err) {
+    struct jpeg_decompress_struct cinfo;
+    struct err_mgr jerr;
+    unsigned char *volatile row = NULL;
+    memset(&cinfo, 0, sizeof(cinfo));
+    cinfo.err = jpeg_std_error(&jerr.pub);
+    jerr.pub.error_exit = on_error_exit;
+    jerr.pub.output_message = on_output_message;
+    if (setjmp(jerr.jmp)) {
+        snprintf(err, ERRLEN, "invalid JPEG data: %s", jerr.msg);
+        jpeg_destroy_decompress(&cinfo);
+        free(row);
+        return -1;
+    }
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, data, (unsigned long)len);
+    if (jpeg_read_header(&cinfo, TRUE) != JPEG_HEADER_OK) {
+        snprintf(err, ERRLEN, "invalid JPEG data: no image header");
+        jpeg_destroy_decompress(&cinfo);
+        return -1;
+    }
+    int cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+    if (cmyk)
+        cinfo.out_color_space = JCS_CMYK;
+    else
+        cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    cinfo.dct_method = fast_dct ? JDCT_IFAST : JDCT_ISLOW;
+    cinfo.do_fancy_upsampling = fancy ? TRUE : FALSE;
+    cinfo.do_block_smoothing = TRUE;
+    jpeg_start_decompress(&cinfo);
+    int H = (int)cinfo.output_height, W = (int)cinfo.output_width;
+    if (y < 0 || x < 0 || h <= 0 || w <= 0 || y + h > H || x + w > W) {
+        snprintf(err, ERRLEN,
+                 "crop window (y=%d, x=%d, h=%d, w=%d) is not inside the %dx%d image", y, x, h, w, H, W);
+        jpeg_destroy_decompress(&cinfo);
+        return -1;
+    }
+    /* Widen the decoded columns by one iMCU each side: libjpeg-turbo's fancy upsampler treats the
+     * edge of a cropped scanline as the image edge (it differs from a full decode there, e.g. for
+     * 4:2:2 files, and TensorFlow's DecodeAndCropJpeg shows that difference). */
+    int margin = cinfo.max_h_samp_factor * DCTSIZE;
+    int xa = x - margin < 0 ? 0 : x - margin;
+    int xb = x + w + margin > W ? W : x + w + margin;
+    JDIMENSION xoff = (JDIMENSION)xa, cw = (JDIMENSION)(xb - xa);
+    if (xb - xa < W) jpeg_crop_scanline(&cinfo, &xoff, &cw);
+    if (y > 0) jpeg_skip_scanlines(&cinfo, (JDIMENSION)y);
+    int oc = cinfo.output_components;
+    int shift = x - (int)xoff;
+    int direct = (oc == channels && shift == 0 && (int)cinfo.output_width == w);
+    if (!direct) row = (unsigned char *)malloc((size_t)cinfo.output_width * oc + 16);
+    for (int r = 0; r < h; r++) {
+        unsigned char *dst = out + (ptrdiff_t)r * out_stride;
+        JSAMPROW rp = direct ? dst : row;
+        if (jpeg_read_scanlines(&cinfo, &rp, 1) != 1) {
+            snprintf(err, ERRLEN, "invalid JPEG data: could not read row %d", y + r);
+            jpeg_destroy_decompress(&cinfo);
+            free(row);
+            return -1;
+        }
+        if (direct) continue;
+        const unsigned char *src = row + (ptrdiff_t)shift * oc;
+        if (oc == 4) {
+            int adobe = cinfo.saw_Adobe_marker;
+            for (int i = 0; i < w; i++) {
+                int c = src[4 * i], m = src[4 * i + 1], yy = src[4 * i + 2], k = src[4 * i + 3];
+                int R, G, B;
+                if (adobe) {
+                    R = (k * c) / 255; G = (k * m) / 255; B = (k * yy) / 255;
+                } else {
+                    R = (255 - k) * (255 - c) / 255; G = (255 - k) * (255 - m) / 255;
+                    B = (255 - k) * (255 - yy) / 255;
+                }
+                if (channels == 3) {
+                    dst[3 * i] = (unsigned char)R; dst[3 * i + 1] = (unsigned char)G;
+                    dst[3 * i + 2] = (unsigned char)B;
+                } else {
+                    dst[i] = (unsigned char)((R * 19595 + G * 38470 + B * 7471 + 32768) >> 16);
+                }
+            }
+        } else {
+            memcpy(dst, src, (size_t)w * oc);
+        }
+    }
+    jpeg_destroy_decompress(&cinfo); /* aborts: rows below the window are never decoded */
+    free(row);
+    return 0;
+}
+
+static int read_info(const unsigned char *data, size_t len, int *h, int *w, int *c, int *cs, char *err) {
+    struct jpeg_decompress_struct cinfo;
+    struct err_mgr jerr;
+    memset(&cinfo, 0, sizeof(cinfo));
+    cinfo.err = jpeg_std_error(&jerr.pub);
+    jerr.pub.error_exit = on_error_exit;
+    jerr.pub.output_message = on_output_message;
+    if (setjmp(jerr.jmp)) {
+        snprintf(err, ERRLEN, "invalid JPEG data: %s", jerr.msg);
+        jpeg_destroy_decompress(&cinfo);
+        return -1;
+    }
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, data, (unsigned long)len);
+    jpeg_read_header(&cinfo, TRUE);
+    *h = (int)cinfo.image_height;
+    *w = (int)cinfo.image_width;
+    *c = cinfo.num_components;
+    *cs = (int)cinfo.jpeg_color_space;
+    jpeg_destroy_decompress(&cinfo);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* TensorFlow's resize kernels (resize_bicubic_op.cc, resize_bilinear_op.cc), float32 throughout,
+ * same operation order. method: 0 TF1 bicubic (legacy grid, A=-0.75, index clamping),
+ * 1 TF2 bicubic (half-pixel, Keys A=-0.5, out-of-image taps dropped and renormalised),
+ * 2 TF1 bilinear (legacy grid), 3 TF2 bilinear (half-pixel). */
+
+#define TABLE 1024
+static float cubic_table[2][(TABLE + 1) * 2];
+
+static void init_tables(void) {
+    for (int t = 0; t < 2; t++) {
+        double a = t == 0 ? -0.75 : -0.5;
+        for (int i = 0; i <= TABLE; i++) {
+            float xx = (float)(i * 1.0 / TABLE);
+            cubic_table[t][i * 2] = (float)(((a + 2) * xx - (a + 3)) * xx * xx + 1);
+            xx += 1.0f;
+            cubic_table[t][i * 2 + 1] = (float)(((a * xx - 5 * a) * xx + 8 * a) * xx - 4 * a);
+        }
+    }
+}
+
+typedef struct { int idx[4]; float w[4]; } taps4;
+
+static inline int bound(int v, int limit) { return v < 0 ? 0 : (v > limit - 1 ? limit - 1 : v); }
+
+static void cubic_taps(int half_pixel, float scale, int out, int limit, taps4 *t) {
+    float in_f = half_pixel ? ((float)out + 0.5f) * scale - 0.5f : (float)out * scale;
+    int in = (int)floorf(in_f);
+    float delta = in_f - (float)in;
+    int off = (int)lrintf(delta * TABLE);
+    const float *tab = cubic_table[half_pixel ? 1 : 0];
+    float w0 = tab[off * 2 + 1], w1 = tab[off * 2], w2 = tab[(TABLE - off) * 2],
+          w3 = tab[(TABLE - off) * 2 + 1];
+    int i0 = bound(in - 1, limit), i1 = bound(in, limit), i2 = bound(in + 1, limit), i3 = bound(in + 2, limit);
+    if (half_pixel) {
+        if (i0 != in - 1) w0 = 0.0f;
+        if (i1 != in) w1 = 0.0f;
+        if (i2 != in + 1) w2 = 0.0f;
+        if (i3 != in + 2) w3 = 0.0f;
+        float s = w0 + w1 + w2 + w3;
+        if (fabsf(s) >= 1000.0f * 1.17549435e-38f) {
+            float inv = 1.0f / s;
+            w0 *= inv; w1 *= inv; w2 *= inv; w3 *= inv;
+        }
+    }
+    t->idx[0] = i0; t->idx[1] = i1; t->idx[2] = i2; t->idx[3] = i3;
+    t->w[0] = w0; t->w[1] = w1; t->w[2] = w2; t->w[3] = w3;
+}
+
+typedef struct { int lo, hi; float lerp; } taps2;
+
+static void linear_taps(int half_pixel, float scale, int out, int limit, taps2 *t) {
+    float in = half_pixel ? ((float)out + 0.5f) * scale - 0.5f : (float)out * scale;
+    float in_f = floorf(in);
+    int lo = (int)in_f, hi = (int)ceilf(in);
+    t->lo = lo < 0 ? 0 : lo;
+    t->hi = hi > limit - 1 ? limit - 1 : hi;
+    t->lerp = in - in_f;
+}
+
+typedef struct {
+    int out_h, out_w, method, out_dtype, normalize;
+    float scale, mean[3], stddev[3];
+} post_params;
+
+static inline uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* Scale, normalise, flip and cast one output row of 3-channel floats into dst. The normalisation
+ * multiplies by 1/stddev (TensorFlow divides: at most an ulp apart). */
+static void emit_row(const post_params *p, float *v, int flip, void *dst_row) {
+    int ow = p->out_w, n = ow * 3;
+    float mul[3], add[3];
+    for (int c = 0; c < 3; c++) {
+        float inv = p->normalize ? 1.0f / p->stddev[c] : 1.0f;
+        mul[c] = inv;
+        add[c] = p->normalize ? p->mean[c] : 0.0f;
+    }
+    for (int x = 0; x < ow; x++)
+        for (int c = 0; c < 3; c++) v[x * 3 + c] = (v[x * 3 + c] * p->scale - add[c]) * mul[c];
+    if (flip) {
+        for (int a = 0, b = ow - 1; a < b; a++, b--)
+            for (int c = 0; c < 3; c++) {
+                float t = v[a * 3 + c];
+                v[a * 3 + c] = v[b * 3 + c];
+                v[b * 3 + c] = t;
+            }
+    }
+    if (p->out_dtype == 1) {
+        memcpy(dst_row, v, (size_t)n * 4);
+    } else if (p->out_dtype == 0) {
+        uint8_t *d = (uint8_t *)dst_row;
+        for (int i = 0; i < n; i++) {
+            float r = v[i] < 0.0f ? 0.0f : (v[i] > 255.0f ? 255.0f : v[i]);
+            d[i] = (uint8_t)lrintf(r);
+        }
+    } else {
+        uint16_t *d = (uint16_t *)dst_row;
+        for (int i = 0; i < n; i++) d[i] = to_bf16(v[i]);
+    }
+}
+
+/* Vertical 4-tap pass over n values: ((r0*w0 + r1*w1) + r2*w2) + r3*w3 (no FMA: same rounding in
+ * every vector width). Built twice, AVX2 picked at run time where the CPU has it. */
+#define VERTICAL4_BODY                                                                              \
+    float a = wt[0], b = wt[1], c = wt[2], d = wt[3];                                              \
+    for (int i = 0; i < n; i++)                                                                     \
+        col[i] = (float)r0[i] * a + (float)r1[i] * b + (float)r2[i] * c + (float)r3[i] * d;
+
+static void vertical4_base(const unsigned char *restrict r0, const unsigned char *restrict r1,
+                           const unsigned char *restrict r2, const unsigned char *restrict r3,
+                           const float *wt, int n, float *restrict col) {
+    VERTICAL4_BODY
+}
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+__attribute__((target("avx2"))) static void vertical4_avx2(
+    const unsigned char *restrict r0, const unsigned char *restrict r1, const unsigned char *restrict r2,
+    const unsigned char *restrict r3, const float *wt, int n, float *restrict col) {
+    VERTICAL4_BODY
+}
+static int have_avx2 = -1;
+#endif
+
+static void vertical4(const unsigned char *r0, const unsigned char *r1, const unsigned char *r2,
+                      const unsigned char *r3, const float *wt, int n, float *col) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    if (have_avx2 > 0) {
+        vertical4_avx2(r0, r1, r2, r3, wt, n, col);
+        return;
+    }
+#endif
+    vertical4_base(r0, r1, r2, r3, wt, n, col);
+}
+
+/* Horizontal 4-tap pass of one row: out[x] = ((c[i0]*w0 + c[i1]*w1) + c[i2]*w2) + c[i3]*w3 per
+ * channel, 4 lanes at a time where the taps are contiguous (same operation order in every lane). */
+static void horizontal4(const float *col, const taps4 *xt, int ow, float *orow) {
+    for (int x = 0; x < ow; x++) {
+        const taps4 *t = &xt[x];
+#ifdef __SSE2__
+        if (t->idx[1] == t->idx[0] + 1 && t->idx[2] == t->idx[0] + 2 && t->idx[3] == t->idx[0] + 3) {
+            const float *q = col + t->idx[0] * 3;
+            __m128 acc = _mm_mul_ps(_mm_loadu_ps(q), _mm_set1_ps(t->w[0]));
+            acc = _mm_add_ps(acc, _mm_mul_ps(_mm_loadu_ps(q + 3), _mm_set1_ps(t->w[1])));
+            acc = _mm_add_ps(acc, _mm_mul_ps(_mm_loadu_ps(q + 6), _mm_set1_ps(t->w[2])));
+            acc = _mm_add_ps(acc, _mm_mul_ps(_mm_loadu_ps(q + 9), _mm_set1_ps(t->w[3])));
+            _mm_storeu_ps(orow + x * 3, acc); /* the 4th lane is overwritten by the next pixel */
+            continue;
+        }
+#endif
+        for (int ch = 0; ch < 3; ch++)
+            orow[x * 3 + ch] = col[t->idx[0] * 3 + ch] * t->w[0] + col[t->idx[1] * 3 + ch] * t->w[1] +
+                               col[t->idx[2] * 3 + ch] * t->w[2] + col[t->idx[3] * 3 + ch] * t->w[3];
+    }
+}
+
+/* Resize an (h, w, 3) uint8 image to (out_h, out_w, 3) and emit it into dst. */
+static void resize_emit(const post_params *p, const unsigned char *img, int h, int w, int flip,
+                        void *dst, float *work, taps4 *xt4, taps2 *xt2) {
+    int oh = p->out_h, ow = p->out_w;
+    size_t item = p->out_dtype == 0 ? 1 : (p->out_dtype == 1 ? 4 : 2);
+    size_t drow = (size_t)ow * 3 * item;
+    float *col = work;                  /* w*3 floats: vertical pass */
+    float *orow = work + (size_t)w * 3 + 4; /* ow*3 (+1) floats: output row, then 2 x ow*3 for bilinear */
+    int half = p->method == 1 || p->method == 3;
+    float hs = (float)h / (float)oh, ws = (float)w / (float)ow;
+    if (p->method <= 1) {
+        for (int x = 0; x < ow; x++) cubic_taps(half, ws, x, w, &xt4[x]);
+        for (int y = 0; y < oh; y++) {
+            taps4 yt;
+            cubic_taps(half, hs, y, h, &yt);
+            const unsigned char *r0 = img + (size_t)yt.idx[0] * w * 3, *r1 = img + (size_t)yt.idx[1] * w * 3,
+                                *r2 = img + (size_t)yt.idx[2] * w * 3, *r3 = img + (size_t)yt.idx[3] * w * 3;
+            vertical4(r0, r1, r2, r3, yt.w, w * 3, col);
+            horizontal4(col, xt4, ow, orow);
+            emit_row(p, orow, flip, (char *)dst + (size_t)y * drow);
+        }
+    } else {
+        float *top = orow + (size_t)ow * 3 + 4, *bot = top + (size_t)ow * 3;
+        for (int x = 0; x < ow; x++) linear_taps(half, ws, x, w, &xt2[x]);
+        for (int y = 0; y < oh; y++) {
+            taps2 yt;
+            linear_taps(half, hs, y, h, &yt);
+            const unsigned char *rt = img + (size_t)yt.lo * w * 3, *rb = img + (size_t)yt.hi * w * 3;
+            for (int x = 0; x < ow; x++) {
+                const taps2 *t = &xt2[x];
+                for (int ch = 0; ch < 3; ch++) {
+                    float tl = rt[t->lo * 3 + ch], tr = rt[t->hi * 3 + ch];
+                    float bl = rb[t->lo * 3 + ch], br = rb[t->hi * 3 + ch];
+                    top[x * 3 + ch] = tl + (tr - tl) * t->lerp;
+                    bot[x * 3 + ch] = bl + (br - bl) * t->lerp;
+                }
+            }
+            for (int i = 0; i < ow * 3; i++) orow[i] = top[i] + (bot[i] - top[i]) * yt.lerp;
+            emit_row(p, orow, flip, (char *)dst + (size_t)y * drow);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The batch job: one image per task, workers take the next index from a shared counter.        */
+
+typedef struct {
+    post_params p;
+    int n, fast_dct, fancy;
+    const unsigned char **data;
+    size_t *lens;
+    const int32_t *crops; /* n x 4: y, x, h, w */
+    const uint8_t *flips;
+    char *out;
+    size_t out_item_bytes;
+    int next;
+    char (*errs)[ERRLEN];
+    int *failed;
+} batch_job;
+
+static void *batch_worker(void *arg) {
+    batch_job *j = (batch_job *)arg;
+    unsigned char *img = NULL;
+    size_t img_cap = 0;
+    float *work = NULL;
+    size_t work_cap = 0;
+    int ow = j->p.out_w;
+    taps4 *xt4 = (taps4 *)malloc(sizeof(taps4) * (size_t)ow);
+    taps2 *xt2 = (taps2 *)malloc(sizeof(taps2) * (size_t)ow);
+    for (;;) {
+        int i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+        if (i >= j->n) break;
+        const int32_t *cr = j->crops + 4 * (size_t)i;
+        int h = cr[2], w = cr[3];
+        size_t need = (size_t)(h > 0 ? h : 1) * (size_t)(w > 0 ? w : 1) * 3;
+        if (need > img_cap) {
+            free(img);
+            img = (unsigned char *)malloc(need);
+            img_cap = need;
+        }
+        size_t wneed = (size_t)(w > 0 ? w : 1) * 3 + (size_t)ow * 3 * 3 + 32;
+        if (wneed > work_cap) {
+            free(work);
+            work = (float *)malloc(wneed * sizeof(float));
+            work_cap = wneed;
+        }
+        if (!img || !work || !xt4 || !xt2) {
+            snprintf(j->errs[i], ERRLEN, "out of memory");
+            j->failed[i] = 1;
+            continue;
+        }
+        if (decode_region(j->data[i], j->lens[i], 3, j->fast_dct, j->fancy, cr[0], cr[1], h, w, img,
+                          (ptrdiff_t)w * 3, j->errs[i]) != 0) {
+            j->failed[i] = 1;
+            continue;
+        }
+        resize_emit(&j->p, img, h, w, j->flips[i], j->out + j->out_item_bytes * (size_t)i, work, xt4, xt2);
+    }
+    free(img);
+    free(work);
+    free(xt4);
+    free(xt2);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Python bindings                                                                            */
+
+static PyObject *py_jpeg_info(PyObject *self, PyObject *args) {
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "y*", &b)) return NULL;
+    int h, w, c, cs, rc;
+    char err[ERRLEN];
+    Py_BEGIN_ALLOW_THREADS
+    rc = read_info((const unsigned char *)b.buf, (size_t)b.len, &h, &w, &c, &cs, err);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&b);
+    if (rc) {
+        PyErr_SetString(PyExc_ValueError, err);
+        return NULL;
+    }
+    return Py_BuildValue("(iiii)", h, w, c, cs);
+}
+
+static PyObject *py_decode_into(PyObject *self, PyObject *args) {
+    Py_buffer b, o;
+    int channels, fast, fancy, y, x, h, w;
+    if (!PyArg_ParseTuple(args, "y*w*iiiiiii", &b, &o, &channels, &fast, &fancy, &y, &x, &h, &w)) return NULL;
+    char err[ERRLEN];
+    int rc = -1;
+    if (channels != 1 && channels != 3) {
+        snprintf(err, ERRLEN, "channels must be 1 or 3, got %d", channels);
+    } else if (h <= 0 || w <= 0 || o.len < (Py_ssize_t)h * w * channels) {
+        snprintf(err, ERRLEN, "output buffer of %zd bytes is too small for %dx%dx%d", o.len, h, w, channels);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        rc = decode_region((const unsigned char *)b.buf, (size_t)b.len, channels, fast, fancy, y, x, h, w,
+                           (unsigned char *)o.buf, (ptrdiff_t)w * channels, err);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&b);
+    PyBuffer_Release(&o);
+    if (rc) {
+        PyErr_SetString(PyExc_ValueError, err);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* preprocess_batch(images, out, crops, flips, out_h, out_w, method, out_dtype, scale, mean, stddev,
+ *                  normalize, fast_dct, fancy, num_threads) -> list of (index, message) failures */
+static PyObject *py_preprocess_batch(PyObject *self, PyObject *args) {
+    PyObject *seq;
+    Py_buffer o, cb, fb;
+    batch_job j;
+    memset(&j, 0, sizeof(j));
+    int num_threads;
+    if (!PyArg_ParseTuple(args, "Ow*y*y*iiiif(fff)(fff)iiii", &seq, &o, &cb, &fb, &j.p.out_h, &j.p.out_w,
+                          &j.p.method, &j.p.out_dtype, &j.p.scale, &j.p.mean[0], &j.p.mean[1], &j.p.mean[2],
+                          &j.p.stddev[0], &j.p.stddev[1], &j.p.stddev[2], &j.p.normalize, &j.fast_dct,
+                          &j.fancy, &num_threads))
+        return NULL;
+    PyObject *fast = PySequence_Fast(seq, "images must be a sequence of bytes-like objects");
+    Py_buffer *bufs = NULL;
+    PyObject *result = NULL;
+    Py_ssize_t got = 0;
+    if (!fast) goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    j.n = (int)n;
+    size_t item = j.p.out_dtype == 0 ? 1 : (j.p.out_dtype == 1 ? 4 : 2);
+    j.out_item_bytes = (size_t)j.p.out_h * j.p.out_w * 3 * item;
+    if (j.p.out_h <= 0 || j.p.out_w <= 0 || j.p.method < 0 || j.p.method > 3 || j.p.out_dtype < 0 ||
+        j.p.out_dtype > 2) {
+        PyErr_SetString(PyExc_ValueError, "bad output size, method or dtype");
+        goto done;
+    }
+    if ((size_t)o.len < j.out_item_bytes * (size_t)n) {
+        PyErr_Format(PyExc_ValueError, "output buffer of %zd bytes is too small for %zd images of %zu bytes",
+                     o.len, n, j.out_item_bytes);
+        goto done;
+    }
+    if ((size_t)cb.len < (size_t)n * 16 || fb.len < n) {
+        PyErr_SetString(PyExc_ValueError, "crops must be int32 (n, 4) and flips uint8 (n,)");
+        goto done;
+    }
+    bufs = (Py_buffer *)calloc((size_t)(n ? n : 1), sizeof(Py_buffer));
+    j.data = (const unsigned char **)calloc((size_t)(n ? n : 1), sizeof(char *));
+    j.lens = (size_t *)calloc((size_t)(n ? n : 1), sizeof(size_t));
+    j.errs = calloc((size_t)(n ? n : 1), ERRLEN);
+    j.failed = (int *)calloc((size_t)(n ? n : 1), sizeof(int));
+    if (!bufs || !j.data || !j.lens || !j.errs || !j.failed) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; got < n; got++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(fast, got), &bufs[got], PyBUF_SIMPLE) < 0) goto done;
+        j.data[got] = (const unsigned char *)bufs[got].buf;
+        j.lens[got] = (size_t)bufs[got].len;
+    }
+    j.crops = (const int32_t *)cb.buf;
+    j.flips = (const uint8_t *)fb.buf;
+    j.out = (char *)o.buf;
+    if (num_threads < 1) num_threads = 1;
+    if (num_threads > n) num_threads = (int)(n ? n : 1);
+    Py_BEGIN_ALLOW_THREADS
+    if (num_threads == 1) {
+        batch_worker(&j);
+    } else {
+        pthread_t *th = (pthread_t *)malloc(sizeof(pthread_t) * (size_t)num_threads);
+        int started = 0;
+        for (int t = 0; t < num_threads - 1; t++)
+            if (pthread_create(&th[started], NULL, batch_worker, &j) == 0) started++;
+        batch_worker(&j);
+        for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+        free(th);
+    }
+    Py_END_ALLOW_THREADS
+    result = PyList_New(0);
+    for (Py_ssize_t i = 0; result && i < n; i++) {
+        if (!j.failed[i]) continue;
+        PyObject *item_ = Py_BuildValue("(ns)", i, j.errs[i]);
+        if (!item_ || PyList_Append(result, item_) < 0) Py_CLEAR(result);
+        Py_XDECREF(item_);
+    }
+done:
+    for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&bufs[i]);
+    free(bufs);
+    free((void *)j.data);
+    free(j.lens);
+    free(j.errs);
+    free(j.failed);
+    Py_XDECREF(fast);
+    PyBuffer_Release(&o);
+    PyBuffer_Release(&cb);
+    PyBuffer_Release(&fb);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"jpeg_info", py_jpeg_info, METH_VARARGS, "jpeg_info(data) -> (height, width, components, colorspace)"},
+    {"decode_into", py_decode_into, METH_VARARGS,
+     "decode_into(data, out, channels, fast_dct, fancy, y, x, h, w): decode a window into out"},
+    {"preprocess_batch", py_preprocess_batch, METH_VARARGS,
+     "decode-crop-resize-flip-normalise-cast a list of JPEGs into a preallocated batch"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_imgkernel", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__imgkernel(void) {
+    init_tables();
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_cpu_init();
+    have_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+#endif
+    PyObject *m = PyModule_Create(&moduledef);
+    if (m) PyModule_AddIntConstant(m, "LIBJPEG_TURBO_VERSION", JPEG_LIB_VERSION);
+    return m;
+}
