@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 from urllib.parse import unquote
 
-from fake_gcs import batch, objects, retry_test, uploads
+from fake_gcs import access, batch, objects, retry_test, uploads
 from fake_gcs.errors import GCSError, bad_request
 from fake_gcs.fields import apply_fields, parse_fields
 from fake_gcs.model import Preconditions
@@ -86,6 +86,21 @@ _SEG = r"([^/]+)"
 _REST = r"(.+)"
 _B = "storage.buckets."
 _O = "storage.objects."
+_N = "storage.notifications."
+_H = "storage.hmacKey."
+
+
+def _acl_routes(prefix: str, field: str, with_object: bool, api: str) -> list:
+    """The two URL shapes of one ACL collection: ``.../acl`` and ``.../acl/{entity}``."""
+    many = access.acl_endpoint(field, with_object, False)
+    one = access.acl_endpoint(field, with_object, True)
+    return [
+        (re.compile(prefix + "/?$"), {"GET": (many, api + "list"), "POST": (many, api + "insert")}),
+        (
+            re.compile(prefix + "/([^/]+)$"),
+            {"GET": (one, api + "get"), "PUT": (one, api + "update"), "PATCH": (one, api + "patch"), "DELETE": (one, api + "delete")},
+        ),
+    ]
 # path pattern -> {HTTP method: (endpoint, JSON API method name for the Retry Test API)}
 ROUTES: list[tuple[re.Pattern, dict[str, tuple[Callable, str | None]]]] = [
     (re.compile(r"^/retry_tests/?$"), {"GET": (retry_test.list_tests, None)}),
@@ -103,6 +118,29 @@ ROUTES: list[tuple[re.Pattern, dict[str, tuple[Callable, str | None]]]] = [
             "PUT": (patch_bucket, _B + "update"),
             "DELETE": (delete_bucket, _B + "delete"),
         },
+    ),
+    (re.compile(rf"^/storage/v1/b/{_SEG}/iam/?$"), {"GET": (access.get_iam_policy, _B + "getIamPolicy"), "PUT": (access.set_iam_policy, _B + "setIamPolicy")}),
+    (re.compile(rf"^/storage/v1/b/{_SEG}/iam/testPermissions$"), {"GET": (access.test_iam_permissions, _B + "testIamPermissions")}),
+    (re.compile(rf"^/storage/v1/b/{_SEG}/lockRetentionPolicy$"), {"POST": (access.lock_retention_policy, _B + "lockRetentionPolicy")}),
+    *_acl_routes(rf"^/storage/v1/b/{_SEG}/acl", "acl", False, "storage.bucket_acl."),
+    *_acl_routes(rf"^/storage/v1/b/{_SEG}/defaultObjectAcl", "defaultObjectAcl", False, "storage.default_object_acl."),
+    *_acl_routes(rf"^/storage/v1/b/{_SEG}/o/{_SEG}/acl", "acl", True, "storage.object_acl."),
+    (
+        re.compile(rf"^/storage/v1/b/{_SEG}/notificationConfigs/?$"),
+        {"GET": (access.list_notifications, _N + "list"), "POST": (access.insert_notification, _N + "insert")},
+    ),
+    (
+        re.compile(rf"^/storage/v1/b/{_SEG}/notificationConfigs/{_SEG}$"),
+        {"GET": (access.notification, _N + "get"), "DELETE": (access.notification, _N + "delete")},
+    ),
+    (re.compile(rf"^/storage/v1/projects/{_SEG}/serviceAccount$"), {"GET": (access.service_account, "storage.serviceaccount.get")}),
+    (
+        re.compile(rf"^/storage/v1/projects/{_SEG}/hmacKeys/?$"),
+        {"GET": (access.list_hmac_keys, _H + "list"), "POST": (access.create_hmac_key, _H + "create")},
+    ),
+    (
+        re.compile(rf"^/storage/v1/projects/{_SEG}/hmacKeys/{_SEG}$"),
+        {"GET": (access.hmac_key, _H + "get"), "PUT": (access.hmac_key, _H + "update"), "DELETE": (access.hmac_key, _H + "delete")},
     ),
     (
         re.compile(rf"^/storage/v1/b/{_SEG}/o/?$"),
@@ -183,6 +221,7 @@ class App:
         self.project_number = project_number
         self.sessions = uploads.Sessions(self.limits.max_upload_sessions)
         self.retry_tests = retry_test.RetryTests()
+        self.project = access.ProjectState()
         self.stopping = threading.Event()  # set when the server stops: wakes injected stalls
 
     def handle(self, req: Request) -> Response:

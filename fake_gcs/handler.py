@@ -162,8 +162,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def _fault(self, req: Request) -> Fault | None:
         """The Retry Test (or per-request header) fault this request asks for, if any."""
-        if "x-retry-test-id" not in req.headers and not (
-            "x-goog-emulator-instructions" in req.headers or "x-goog-testbench-instructions" in req.headers
+        if not (
+            "x-retry-test-id" in req.headers
+            or "x-goog-emulator-instructions" in req.headers
+            or "x-goog-testbench-instructions" in req.headers
+            or "x-retry-test-id" in req.params
         ):
             return None
         req.api_method = api_method(req.method, req.path)

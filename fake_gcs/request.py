@@ -68,6 +68,7 @@ class Request:
         self.params: dict[str, str] = {}
         for key, value in pairs:
             self.params.setdefault(key, value)
+        self._pairs = pairs
         self._chunked = "chunked" in (headers.get("Transfer-Encoding") or "").lower()
         length = headers.get("Content-Length")
         if self._chunked:
@@ -86,6 +87,10 @@ class Request:
     bad_length = False
     fault = None  # a fake_gcs.retry_test.Fault the upload code applies to the bytes it receives
     api_method: str | None = None
+
+    def param_values(self, key: str) -> list[str]:
+        """Every value of a repeated query parameter, in order."""
+        return [v for k, v in self._pairs if k == key]
 
     def header(self, name: str, default=None):
         return self.headers.get(name, default)

@@ -39,28 +39,8 @@ MAX_INSTRUCTIONS = 1_000
 HEADER_BROKEN_STREAM_AFTER = 1 << 20  # testbench's header form breaks after 1 MiB
 RETRY_BROKEN_STREAM_AFTER = 4  # ...and its Retry Test form after a few bytes (4)
 LEGACY_STALL_S = 10.0
+DOWNLOAD = "storage.objects.download"  # fake_gcs extension: media reads only (python-storage's group name)
 
-# JSON API methods fake_gcs routes (the names storage-testbench gives them).
-SUPPORTED_METHODS = frozenset(
-    {
-        "storage.buckets.delete",
-        "storage.buckets.get",
-        "storage.buckets.insert",
-        "storage.buckets.list",
-        "storage.buckets.patch",
-        "storage.buckets.update",
-        "storage.objects.compose",
-        "storage.objects.copy",
-        "storage.objects.delete",
-        "storage.objects.get",
-        "storage.objects.insert",
-        "storage.objects.list",
-        "storage.objects.move",
-        "storage.objects.patch",
-        "storage.objects.rewrite",
-        "storage.objects.update",
-    }
-)
 _PREFIXES = (
     "storage.bucket_acl.",
     "storage.buckets.",
@@ -159,10 +139,17 @@ def parse_header(value: str) -> Instruction | None:
     return parse_instruction(value, header=True)
 
 
+def supported_methods() -> frozenset[str]:
+    """The JSON API methods fake_gcs routes, by the names storage-testbench gives them."""
+    from fake_gcs.app import ROUTES  # the routing table names them; imported late (app imports us)
+
+    return frozenset(name for _, methods in ROUTES for _, name in methods.values() if name)
+
+
 def _validate_method(method) -> None:
     if not isinstance(method, str) or not _METHOD_RE.match(method) or not method.startswith(_PREFIXES):
         raise bad_request(f"The requested method <{str(method)[:100]}> for fault injection is invalid.")
-    if method not in SUPPORTED_METHODS:
+    if method not in supported_methods() and method != DOWNLOAD:
         raise GCSError(501, f"The method <{method}> is not implemented by fake_gcs, so it cannot be faulted.")
 
 
@@ -268,11 +255,25 @@ class RetryTests:
                 test["completed"] = True
 
 
+def is_media_read(req: Request) -> bool:
+    """A GET of object data (``alt=media``, ``/download/``, XML-style URL), not HEAD or metadata."""
+    return req.method == "GET" and (req.params.get("alt") == "media" or not req.path.startswith("/storage/v1/"))
+
+
 def fault_for(app: App, req: Request, method: str | None) -> Fault | None:
-    """The fault a request asks for through ``x-retry-test-id`` or ``x-goog-emulator-instructions``."""
-    test_id = req.header("x-retry-test-id")
-    if test_id is not None and method is not None:
-        fault = app.retry_tests.next_fault(test_id.strip(), method)
+    """The fault a request asks for through ``x-retry-test-id`` or ``x-goog-emulator-instructions``.
+
+    fake_gcs extensions: the id may come as an ``x-retry-test-id`` query parameter (for clients
+    that send one set of headers for many files), and instructions under
+    ``storage.objects.download`` apply to media reads only, before ``storage.objects.get`` ones.
+    """
+    test_id = req.header("x-retry-test-id") or req.params.get("x-retry-test-id")
+    if test_id and method is not None:
+        fault = None
+        if method == "storage.objects.get" and is_media_read(req):
+            fault = app.retry_tests.next_fault(test_id.strip(), DOWNLOAD)
+        if fault is None:
+            fault = app.retry_tests.next_fault(test_id.strip(), method)
         if fault is not None:
             return fault
     header = req.header("x-goog-emulator-instructions") or req.header("x-goog-testbench-instructions")
@@ -305,4 +306,12 @@ def list_tests(app: App, req: Request) -> dict:
     return {"retry_test": app.retry_tests.list()}
 
 
-__all__ = ["Fault", "Instruction", "RetryTests", "fault_for", "parse_header", "parse_instruction"]
+__all__ = [
+    "Fault",
+    "Instruction",
+    "RetryTests",
+    "fault_for",
+    "parse_header",
+    "parse_instruction",
+    "supported_methods",
+]

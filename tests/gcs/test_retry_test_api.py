@@ -78,7 +78,7 @@ def test_create_get_list_delete(raw):
         ({"storage.objects.get": "return-503"}, 400, "list"),
         ({"storage.nothing": ["return-503"]}, 400, "storage.nothing"),
         ({"storage.objects.get": ["stall-for-1s-after-K"]}, 400, "stall-for-1s-after-K"),
-        ({"storage.hmacKey.get": ["return-503"]}, 501, "storage.hmacKey.get"),
+        ({"storage.folders.get": ["return-503"]}, 501, "storage.folders.get"),
         ({"storage.objects.get": ["redirect-send-token-abc"]}, 501, "redirect-send-token-abc"),
         ({"storage.objects.insert": ["return-broken-stream-final-chunk-after-10B"]}, 501, "final-chunk"),
     ],
@@ -237,3 +237,15 @@ def test_google_cloud_storage_retries_through_instructions(fake_gcs_server, gcs_
     finally:
         gcs_client._http.headers.pop("x-retry-test-id")
     assert raw.json("GET", f"/retry_test/{body['id']}")[2]["completed"] is True
+
+
+def test_extensions_query_parameter_and_download_only(fake_gcs_server, raw, obj):
+    _, body = create(raw, {"storage.objects.download": ["return-503"], "storage.objects.get": ["return-500"]})
+    tid = body["id"]
+    # metadata reads and HEAD are storage.objects.get, never storage.objects.download
+    assert raw("HEAD", object_path(obj) + f"?alt=media&x-retry-test-id={tid}")[0] == 500
+    assert raw("GET", object_path(obj) + f"?x-retry-test-id={tid}")[0] == 200
+    # a media read takes storage.objects.download instructions first; the id may ride on the URL
+    assert raw("GET", object_path(obj) + f"?alt=media&x-retry-test-id={tid}")[0] == 503
+    assert raw("GET", object_path(obj) + f"?alt=media&x-retry-test-id={tid}")[0] == 200
+    assert raw.json("GET", f"/retry_test/{tid}")[2]["completed"] is True
