@@ -134,7 +134,7 @@ def main() -> int:
                 FAKE_GCS_UNSUPPORTED=json.dumps(skipped),
             )
             cmd = [args.python, "-m", "pytest", "-p", "no:cacheprovider", "-p", "fake_gcs_unsupported"]
-            cmd += [SUITE, "-q", "--color=no", "-rfE", "--timeout=300", "-o", "addopts="]
+            cmd += [SUITE, "-q", "--color=no", "-rfEs", "--timeout=300", "-o", "addopts="]
             cmd += args.pytest_args
             with open(log_path, "wb") as log:
                 subprocess.run(cmd, cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -148,7 +148,7 @@ def main() -> int:
         lines = f.read().splitlines()
     summary = next((ln for ln in reversed(lines) if re.search(r"\d+ (passed|failed|error)", ln)), "?")
     for ln in lines:
-        if ln.startswith(("FAILED ", "ERROR ")):
+        if ln.startswith(("FAILED ", "ERROR ", "SKIPPED ")):
             print("   ", ln[:200])
     reasons = sorted({reason for _, reason in skipped})
     print(f"skipped cases: {len(reasons)} methods fake_gcs does not implement:")
