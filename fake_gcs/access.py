@@ -28,7 +28,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 MAX_PER_KIND = 10_000
-OWNER = {"entity": "project-owners-0", "role": "OWNER", "projectTeam": {"projectNumber": "0", "team": "owners"}}
+OWNER = {
+    "entity": "project-owners-0",
+    "role": "OWNER",
+    "projectTeam": {"projectNumber": "0", "team": "owners"},
+}
 
 
 class ProjectState:
@@ -74,8 +78,10 @@ def _entry(entry: dict, bucket: str, name: str | None, kind: str) -> dict:
 
 
 def _acl_kind(name: str | None, field: str) -> str:
-    return "storage#objectAccessControl" if name is not None or field == "defaultObjectAcl" else (
-        "storage#bucketAccessControl"
+    return (
+        "storage#objectAccessControl"
+        if name is not None or field == "defaultObjectAcl"
+        else ("storage#bucketAccessControl")
     )
 
 
@@ -179,7 +185,11 @@ def insert_notification(app: App, req: Request, bucket: str) -> dict:
             raise bad_request("A bucket has at most 100 notification configs.")
         nid = app.project.next_id()
         config = {
-            **{k: v for k, v in body.items() if k in ("topic", "event_types", "custom_attributes", "object_name_prefix")},
+            **{
+                k: v
+                for k, v in body.items()
+                if k in ("topic", "event_types", "custom_attributes", "object_name_prefix")
+            },
             "payload_format": body.get("payload_format") or "NONE",
             "kind": "storage#notification",
             "id": nid,
@@ -251,8 +261,7 @@ def list_hmac_keys(app: App, req: Request, project: str) -> dict:
         items = [
             _hmac_view(m)
             for m in app.project.hmac_keys.values()
-            if m["projectId"] == project
-            and (email is None or m["serviceAccountEmail"] == email)
+            if m["projectId"] == project and (email is None or m["serviceAccountEmail"] == email)
         ]
     return {"kind": "storage#hmacKeysMetadata", "items": items}
 

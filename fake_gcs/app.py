@@ -30,7 +30,13 @@ class Limits:
     body_timeout_s: float = 60.0  # a request whose body sends nothing for this long is dropped
 
     def __post_init__(self) -> None:
-        names = ("max_object_size", "max_json_bytes", "max_batch_bytes", "max_upload_sessions", "body_timeout_s")
+        names = (
+            "max_object_size",
+            "max_json_bytes",
+            "max_batch_bytes",
+            "max_upload_sessions",
+            "body_timeout_s",
+        )
         for name in names:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
@@ -98,9 +104,16 @@ def _acl_routes(prefix: str, field: str, with_object: bool, api: str) -> list:
         (re.compile(prefix + "/?$"), {"GET": (many, api + "list"), "POST": (many, api + "insert")}),
         (
             re.compile(prefix + "/([^/]+)$"),
-            {"GET": (one, api + "get"), "PUT": (one, api + "update"), "PATCH": (one, api + "patch"), "DELETE": (one, api + "delete")},
+            {
+                "GET": (one, api + "get"),
+                "PUT": (one, api + "update"),
+                "PATCH": (one, api + "patch"),
+                "DELETE": (one, api + "delete"),
+            },
         ),
     ]
+
+
 # path pattern -> {HTTP method: (endpoint, JSON API method name for the Retry Test API)}
 ROUTES: list[tuple[re.Pattern, dict[str, tuple[Callable, str | None]]]] = [
     (re.compile(r"^/retry_tests/?$"), {"GET": (retry_test.list_tests, None)}),
@@ -109,7 +122,10 @@ ROUTES: list[tuple[re.Pattern, dict[str, tuple[Callable, str | None]]]] = [
         re.compile(rf"^/retry_test/{_SEG}/?$"),
         {"GET": (retry_test.get_test, None), "DELETE": (retry_test.delete_test, None)},
     ),
-    (re.compile(r"^/storage/v1/b/?$"), {"GET": (list_buckets, _B + "list"), "POST": (insert_bucket, _B + "insert")}),
+    (
+        re.compile(r"^/storage/v1/b/?$"),
+        {"GET": (list_buckets, _B + "list"), "POST": (insert_bucket, _B + "insert")},
+    ),
     (
         re.compile(rf"^/storage/v1/b/{_SEG}/?$"),
         {
@@ -119,28 +135,52 @@ ROUTES: list[tuple[re.Pattern, dict[str, tuple[Callable, str | None]]]] = [
             "DELETE": (delete_bucket, _B + "delete"),
         },
     ),
-    (re.compile(rf"^/storage/v1/b/{_SEG}/iam/?$"), {"GET": (access.get_iam_policy, _B + "getIamPolicy"), "PUT": (access.set_iam_policy, _B + "setIamPolicy")}),
-    (re.compile(rf"^/storage/v1/b/{_SEG}/iam/testPermissions$"), {"GET": (access.test_iam_permissions, _B + "testIamPermissions")}),
-    (re.compile(rf"^/storage/v1/b/{_SEG}/lockRetentionPolicy$"), {"POST": (access.lock_retention_policy, _B + "lockRetentionPolicy")}),
+    (
+        re.compile(rf"^/storage/v1/b/{_SEG}/iam/?$"),
+        {
+            "GET": (access.get_iam_policy, _B + "getIamPolicy"),
+            "PUT": (access.set_iam_policy, _B + "setIamPolicy"),
+        },
+    ),
+    (
+        re.compile(rf"^/storage/v1/b/{_SEG}/iam/testPermissions$"),
+        {"GET": (access.test_iam_permissions, _B + "testIamPermissions")},
+    ),
+    (
+        re.compile(rf"^/storage/v1/b/{_SEG}/lockRetentionPolicy$"),
+        {"POST": (access.lock_retention_policy, _B + "lockRetentionPolicy")},
+    ),
     *_acl_routes(rf"^/storage/v1/b/{_SEG}/acl", "acl", False, "storage.bucket_acl."),
-    *_acl_routes(rf"^/storage/v1/b/{_SEG}/defaultObjectAcl", "defaultObjectAcl", False, "storage.default_object_acl."),
+    *_acl_routes(
+        rf"^/storage/v1/b/{_SEG}/defaultObjectAcl", "defaultObjectAcl", False, "storage.default_object_acl."
+    ),
     *_acl_routes(rf"^/storage/v1/b/{_SEG}/o/{_SEG}/acl", "acl", True, "storage.object_acl."),
     (
         re.compile(rf"^/storage/v1/b/{_SEG}/notificationConfigs/?$"),
-        {"GET": (access.list_notifications, _N + "list"), "POST": (access.insert_notification, _N + "insert")},
+        {
+            "GET": (access.list_notifications, _N + "list"),
+            "POST": (access.insert_notification, _N + "insert"),
+        },
     ),
     (
         re.compile(rf"^/storage/v1/b/{_SEG}/notificationConfigs/{_SEG}$"),
         {"GET": (access.notification, _N + "get"), "DELETE": (access.notification, _N + "delete")},
     ),
-    (re.compile(rf"^/storage/v1/projects/{_SEG}/serviceAccount$"), {"GET": (access.service_account, "storage.serviceaccount.get")}),
+    (
+        re.compile(rf"^/storage/v1/projects/{_SEG}/serviceAccount$"),
+        {"GET": (access.service_account, "storage.serviceaccount.get")},
+    ),
     (
         re.compile(rf"^/storage/v1/projects/{_SEG}/hmacKeys/?$"),
         {"GET": (access.list_hmac_keys, _H + "list"), "POST": (access.create_hmac_key, _H + "create")},
     ),
     (
         re.compile(rf"^/storage/v1/projects/{_SEG}/hmacKeys/{_SEG}$"),
-        {"GET": (access.hmac_key, _H + "get"), "PUT": (access.hmac_key, _H + "update"), "DELETE": (access.hmac_key, _H + "delete")},
+        {
+            "GET": (access.hmac_key, _H + "get"),
+            "PUT": (access.hmac_key, _H + "update"),
+            "DELETE": (access.hmac_key, _H + "delete"),
+        },
     ),
     (
         re.compile(rf"^/storage/v1/b/{_SEG}/o/?$"),
@@ -155,7 +195,10 @@ ROUTES: list[tuple[re.Pattern, dict[str, tuple[Callable, str | None]]]] = [
         re.compile(rf"^/storage/v1/b/{_SEG}/o/{_SEG}/rewriteTo/b/{_SEG}/o/{_REST}$"),
         {"POST": (objects.rewrite_to, _O + "rewrite")},
     ),
-    (re.compile(rf"^/storage/v1/b/{_SEG}/o/{_SEG}/moveTo/o/{_REST}$"), {"POST": (objects.move_to, _O + "move")}),
+    (
+        re.compile(rf"^/storage/v1/b/{_SEG}/o/{_SEG}/moveTo/o/{_REST}$"),
+        {"POST": (objects.move_to, _O + "move")},
+    ),
     (
         re.compile(rf"^/storage/v1/b/{_SEG}/o/{_REST}$"),
         {

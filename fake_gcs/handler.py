@@ -285,7 +285,9 @@ class Handler(BaseHTTPRequestHandler):
             return length
         fault.consume()  # corrupt
         if length:
-            first = resp.body_bytes()[:1] if resp.media is None else resp.media.reader.read(resp.media.start, 1)
+            first = (
+                resp.body_bytes()[:1] if resp.media is None else resp.media.reader.read(resp.media.start, 1)
+            )
             self.wfile.write(b"B" if first == b"A" else b"A")
             write(1, length)
         return length

@@ -206,7 +206,9 @@ class RetryTests:
         for method, items in instructions.items():
             _validate_method(method)
             if not isinstance(items, list) or len(items) > MAX_INSTRUCTIONS:
-                raise bad_request(f"Instructions for <{method}> must be a list of at most {MAX_INSTRUCTIONS}.")
+                raise bad_request(
+                    f"Instructions for <{method}> must be a list of at most {MAX_INSTRUCTIONS}."
+                )
             parsed[method] = collections.deque(parse_instruction(i) for i in items)
         test = {"id": uuid.uuid4().hex, "instructions": parsed, "completed": False, "transport": "HTTP"}
         with self._lock:
@@ -257,7 +259,9 @@ class RetryTests:
 
 def is_media_read(req: Request) -> bool:
     """A GET of object data (``alt=media``, ``/download/``, XML-style URL), not HEAD or metadata."""
-    return req.method == "GET" and (req.params.get("alt") == "media" or not req.path.startswith("/storage/v1/"))
+    return req.method == "GET" and (
+        req.params.get("alt") == "media" or not req.path.startswith("/storage/v1/")
+    )
 
 
 def fault_for(app: App, req: Request, method: str | None) -> Fault | None:

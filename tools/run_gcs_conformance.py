@@ -115,9 +115,12 @@ def main() -> int:
         raise SystemExit(f"{checkout} has no {SUITE}")
     os.makedirs(args.logs, exist_ok=True)
     skipped = unsupported_cases(checkout)
-    commit = args.commit or subprocess.run(
-        ["git", "-C", checkout, "rev-parse", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
+    commit = (
+        args.commit
+        or subprocess.run(
+            ["git", "-C", checkout, "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+    )
     server_log = os.path.join(args.logs, "fake_gcs-server.log")
     log_path = os.path.join(args.logs, "pytest.log")
     proc, url = start_server(args.python, server_log)

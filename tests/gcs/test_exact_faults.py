@@ -77,7 +77,9 @@ def _check(got, files, retries, expected: list[tuple[str, str, int]]):
         (256, 1 << 20, 1008),  # frames of exactly 1 KiB: the cut falls on a record boundary
     ],
 )
-def test_broken_stream_resumes_at_the_exact_byte(fake_gcs_server, caplog, after_kib, buffer_size, payload):  # noqa: F811
+def test_broken_stream_resumes_at_the_exact_byte(
+    fake_gcs_server, caplog, after_kib, buffer_size, payload
+):  # noqa: F811
     count = (buffer_size + 2 * after_kib * KIB) // (payload + 16)
     files = _files(fake_gcs_server, payload, count)
     if payload == 1008:
@@ -134,9 +136,17 @@ def test_gcsfs_reads_send_the_header_and_retry_by_themselves(fake_gcs_server, ca
     files = _files(fake_gcs_server, 1000, count=2000)
     tid = _retry_test(
         fake_gcs_server,
-        {"storage.objects.download": ["return-503", "return-broken-stream-after-512K", "return-reset-connection"]},
+        {
+            "storage.objects.download": [
+                "return-503",
+                "return-broken-stream-after-512K",
+                "return-reset-connection",
+            ]
+        },
     )
     urls = [f"gs://{BUCKET}/data/train-{i:05d}" for i in range(2)]
-    got = list(tpudata.read_records(urls, buffer_size=1 << 20, session_kwargs={"headers": {"x-retry-test-id": tid}}))
+    got = list(
+        tpudata.read_records(urls, buffer_size=1 << 20, session_kwargs={"headers": {"x-retry-test-id": tid}})
+    )
     assert got == [r for _, records in files for r in records]
     assert _completed(fake_gcs_server, tid)  # gcsfs met (and retried) all three faults

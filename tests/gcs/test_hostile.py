@@ -169,7 +169,9 @@ def _random_request(rng: random.Random, host: str) -> bytes:
     if rng.random() < 0.05:
         headers.append(
             rng.choice(["x-retry-test-id: ", "x-goog-emulator-instructions: "])
-            + rng.choice(["nope", "return-429", "return-broken-stream", "return-corrupted-data", "x" * 300, ""])
+            + rng.choice(
+                ["nope", "return-429", "return-broken-stream", "return-corrupted-data", "x" * 300, ""]
+            )
         )
     if rng.random() < 0.05:
         headers.append("Transfer-Encoding: chunked")

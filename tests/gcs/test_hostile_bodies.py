@@ -61,7 +61,9 @@ def _traced_growth(server, requests: list[bytes], settle: float = 0.6) -> int:
 
 def test_declared_sizes_allocate_nothing(fake_gcs_server, raw):
     host = urlsplit(fake_gcs_server.url).netloc
-    status, headers, _ = raw.json("POST", f"/upload/storage/v1/b/{BUCKET}/o?uploadType=resumable&name=big", {})
+    status, headers, _ = raw.json(
+        "POST", f"/upload/storage/v1/b/{BUCKET}/o?uploadType=resumable&name=big", {}
+    )
     session = urlsplit(headers["location"])
     gib = 1 << 30
     chunk = (
@@ -110,7 +112,9 @@ def test_gcsfs_uploads_keep_every_byte(gcsfs_fs, tmp_path, ending):
 def test_gcsfs_random_binary_uploads_round_trip(gcsfs_fs):
     rng = random.Random(7)
     for i in range(300):  # one in 256 lost its last byte when it ended in "\r"
-        data = bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 40))) + bytes([rng.choice([13, 10, 45, 0])])
+        data = bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 40))) + bytes(
+            [rng.choice([13, 10, 45, 0])]
+        )
         gcsfs_fs.pipe_file(f"{BUCKET}/r{i}", data)
         assert gcsfs_fs.cat_file(f"{BUCKET}/r{i}") == data, data
 
@@ -135,9 +139,22 @@ def test_multipart_by_declared_boundary(raw):
         for ending in ENDINGS:
             payload = b"x" + ending
             body = (
-                b"--bnd" + eol + b"Content-Type: application/json" + eol + eol + b'{"name": "mp"}'
-                + eol + b"--bnd" + eol + b"Content-Type: text/plain" + eol + eol + payload
-                + eol + b"--bnd--" + eol
+                b"--bnd"
+                + eol
+                + b"Content-Type: application/json"
+                + eol
+                + eol
+                + b'{"name": "mp"}'
+                + eol
+                + b"--bnd"
+                + eol
+                + b"Content-Type: text/plain"
+                + eol
+                + eol
+                + payload
+                + eol
+                + b"--bnd--"
+                + eol
             )
             status, _, meta = raw(
                 "POST",

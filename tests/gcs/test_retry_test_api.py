@@ -54,7 +54,9 @@ def obj(raw):
 
 
 def test_create_get_list_delete(raw):
-    status, body = create(raw, {"storage.objects.get": ["return-503", "return-reset-connection"]}, transport="HTTP")
+    status, body = create(
+        raw, {"storage.objects.get": ["return-503", "return-reset-connection"]}, transport="HTTP"
+    )
     assert status == 200
     assert set(body) == {"id", "instructions", "completed", "transport"}
     assert body["instructions"] == {"storage.objects.get": ["return-503", "return-reset-connection"]}
@@ -207,7 +209,9 @@ def test_resumable_upload_503_after_bytes_keeps_the_prefix(raw):
     status, h, _ = raw("PUT", target, b"", {"Content-Range": "bytes */*", **tid})
     assert status == 308 and h["range"] == f"bytes=0-{(256 << 10) - 1}"
     rest = DATA[256 << 10 :]
-    status, _, meta = raw("PUT", target, rest, {"Content-Range": f"bytes {256 << 10}-{len(DATA) - 1}/{len(DATA)}", **tid})
+    status, _, meta = raw(
+        "PUT", target, rest, {"Content-Range": f"bytes {256 << 10}-{len(DATA) - 1}/{len(DATA)}", **tid}
+    )
     assert status == 200 and json.loads(meta)["size"] == str(len(DATA))
     assert raw("GET", object_path("up") + "?alt=media")[2] == DATA
     assert raw.json("GET", f"/retry_test/{body['id']}")[2]["completed"] is True
