@@ -27,7 +27,7 @@ class Limits:
     max_json_bytes: int = 4 << 20
     max_batch_bytes: int = 32 << 20
     max_upload_sessions: int = 10_000
-    body_timeout_s: float = 60.0  # a request whose body sends nothing for this long is dropped
+    body_timeout_s: float = 60.0  # a body idle this long, or slower than 1 KiB/s past it, is dropped
 
     def __post_init__(self) -> None:
         names = (

@@ -113,6 +113,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._base_url(),
                 self.throttle,
             )
+            req.slow_after = self.server.app.limits.body_timeout_s
             delay = faults.first_byte_delay()
             status = faults.error_status()
             if status is not None:

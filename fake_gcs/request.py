@@ -6,6 +6,8 @@ import io
 import json
 import logging
 import re
+import socket
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 from urllib.parse import parse_qsl
@@ -15,7 +17,7 @@ from fake_gcs.errors import GCSError, bad_request
 logger = logging.getLogger(__name__)
 
 READ_PIECE = 1 << 20  # most body bytes one read asks for: nothing is sized from a declared length
-MAX_DIGITS = 19  # a byte count or offset (int64), in Content-Length, Range, Content-Range, chunk sizes
+MIN_BODY_RATE = 1024  # bytes/s a body must average once it has taken longer than the body timeout
 _RANGE_RE = re.compile(r"^\s*bytes\s*=\s*([0-9]{0,19})\s*-\s*([0-9]{0,19})\s*$", re.IGNORECASE)
 _LENGTH_RE = re.compile(r"^[0-9]{1,19}$")
 _CHUNK_SIZE_RE = re.compile(rb"^[0-9A-Fa-f]{1,16}$")
@@ -85,6 +87,9 @@ class Request:
         self._eof = not self._chunked and self._remaining == 0
 
     bad_length = False
+    slow_after: float | None = None  # seconds after which a body must average MIN_BODY_RATE (handler)
+    _t0: float | None = None
+    _got = 0
     fault = None  # a fake_gcs.retry_test.Fault the upload code applies to the bytes it receives
     api_method: str | None = None
 
@@ -97,9 +102,17 @@ class Request:
 
     # ----------------------------------------------------------------- body
     def _read_raw(self, n: int) -> bytes:
-        data = self._rfile.read(n)
+        """What the client sent so far, up to ``n`` bytes (one receive: no waiting for all ``n``)."""
+        if self._t0 is None:
+            self._t0 = time.monotonic()
+        data = self._rfile.read1(n)
+        self._got += len(data)
         if self._throttle and data:
             self._throttle(len(data))
+        if self.slow_after is not None:
+            elapsed = time.monotonic() - self._t0
+            if elapsed > self.slow_after and self._got < MIN_BODY_RATE * elapsed:
+                raise socket.timeout(f"request body slower than {MIN_BODY_RATE} bytes/s")
         return data
 
     def _next_chunk_size(self) -> int:

@@ -97,6 +97,33 @@ def test_idle_body_times_out():
         assert raw("GET", object_path("slow"))[0] == 404
 
 
+def test_trickling_body_times_out():
+    with FakeGCSServer(port=0, limits=Limits(body_timeout_s=0.5)) as server:
+        raw = Raw(server.url)
+        assert raw.json("POST", "/storage/v1/b?project=p", {"name": BUCKET})[0] == 200
+        host = urlsplit(server.url).netloc
+        head = (
+            f"POST /upload/storage/v1/b/{BUCKET}/o?uploadType=media&name=trickle HTTP/1.1\r\n"
+            f"Host: {host}\r\nContent-Length: 100000\r\n\r\n"
+        ).encode()
+        with _connect(server) as sock:
+            sock.sendall(head)
+            t0 = time.monotonic()
+            answer = b""
+            sock.settimeout(0.2)
+            while time.monotonic() - t0 < 10 and not answer:
+                try:
+                    sock.sendall(b"t")  # a byte every 0.2 s: never idle for 0.5 s, but ~5 bytes/s
+                    answer = sock.recv(65536)
+                except socket.timeout:
+                    continue
+                except ConnectionError:
+                    break
+            assert time.monotonic() - t0 < 5
+        assert _status_lines(answer) == [b"HTTP/1.1 400 Bad Request"]
+        assert raw("GET", object_path("trickle"))[0] == 404
+
+
 # ------------------------------------------------------------------ multipart exactness
 @pytest.mark.parametrize("ending", ENDINGS)
 def test_gcsfs_uploads_keep_every_byte(gcsfs_fs, tmp_path, ending):
