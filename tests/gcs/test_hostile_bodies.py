@@ -275,3 +275,31 @@ def test_deep_json_huge_numbers_are_400(raw):
     for token in ("W" * 10, "WwAAAA=="):
         assert raw("GET", f"/storage/v1/b/{BUCKET}/o?pageToken={token}")[0] == 400
     assert raw("GET", f"/storage/v1/b/{BUCKET}")[0] == 200
+
+
+def test_cut_resumable_chunk_rolls_back_on_disk(disk_server):
+    raw = Raw(disk_server.url)
+    assert raw.json("POST", "/storage/v1/b?project=p", {"name": BUCKET})[0] == 200
+    status, headers, _ = raw.json(
+        "POST", f"/upload/storage/v1/b/{BUCKET}/o?uploadType=resumable&name=cut", {}
+    )
+    session = urlsplit(headers["location"])
+    target = f"{session.path}?{session.query}"
+    data = bytes(range(256)) * 16  # 4 KiB
+    host = urlsplit(disk_server.url).netloc
+    head = (
+        f"PUT {target} HTTP/1.1\r\nHost: {host}\r\nContent-Range: bytes 0-{len(data) - 1}/{len(data)}\r\n"
+        f"Content-Length: {len(data)}\r\n\r\n"
+    ).encode()
+    with _connect(disk_server) as sock:  # half the chunk, then the client vanishes
+        sock.sendall(head + data[:1000])
+    time.sleep(0.3)
+    status, h, _ = raw("PUT", target, b"", {"Content-Range": "bytes */*"})
+    assert status == 308 and "range" not in h  # nothing of the cut chunk was kept
+    status, _, _ = raw("PUT", target, data[:3000], {"Content-Range": "bytes 0-2999/*"})
+    assert status == 308
+    status, _, meta = raw(
+        "PUT", target, data[2000:], {"Content-Range": f"bytes 2000-{len(data) - 1}/{len(data)}"}
+    )
+    assert status == 200 and json.loads(meta)["size"] == str(len(data))
+    assert raw("GET", object_path("cut") + "?alt=media")[2] == data
