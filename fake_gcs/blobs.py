@@ -94,6 +94,10 @@ class BlobWriter:
     def abort(self) -> None:
         pass
 
+    def truncate(self, size: int) -> None:
+        """Forget everything written after the first ``size`` bytes."""
+        raise NotImplementedError
+
 
 class MemoryWriter(BlobWriter):
     def __init__(self) -> None:
@@ -113,6 +117,14 @@ class MemoryWriter(BlobWriter):
     def abort(self) -> None:
         self._parts = []
 
+    def truncate(self, size: int) -> None:
+        while self.size > size:
+            last = self._parts.pop()
+            self.size -= len(last)
+            if self.size < size:
+                self._parts.append(bytes(last[: size - self.size]))
+                self.size = size
+
 
 class FileWriter(BlobWriter):
     def __init__(self, path: str) -> None:
@@ -123,6 +135,12 @@ class FileWriter(BlobWriter):
     def write(self, data) -> None:
         self._f.write(data)
         self.size += len(data)
+
+    def truncate(self, size: int) -> None:
+        if size < self.size:
+            self._f.truncate(size)
+            self._f.seek(size)
+            self.size = size
 
     def finish(self) -> Blob:
         self._f.close()

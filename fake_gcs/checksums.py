@@ -106,6 +106,12 @@ class Hasher:
         self.md5 = hashlib.md5()
         self.size = 0
 
+    def copy(self) -> "Hasher":
+        """An independent copy of the running state (to roll back a failed chunk)."""
+        other = Hasher()
+        other.crc, other.md5, other.size = self.crc, self.md5.copy(), self.size
+        return other
+
     def update(self, data) -> None:
         """Feed the next piece."""
         self.crc = crc32c_update(self.crc, data)

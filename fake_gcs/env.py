@@ -54,5 +54,3 @@ class pointed_at:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-

@@ -9,14 +9,17 @@ from __future__ import annotations
 import logging
 import re
 import socket
+import struct
 import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
 
+from fake_gcs.app import api_method
 from fake_gcs.errors import GCSError
 from fake_gcs.knobs import Throttle
 from fake_gcs.request import Headers, Media, Request, Response, error_response
+from fake_gcs.retry_test import Fault, fault_for
 
 logger = logging.getLogger(__name__)
 _HOST_RE = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
@@ -97,7 +100,9 @@ class Handler(BaseHTTPRequestHandler):
             target = parts.path + ("?" + parts.query if parts.query else "")
         path, _, query = target.partition("?")
         req = None
+        fault = None
         resp: Response
+        self.connection.settimeout(self.server.app.limits.body_timeout_s)
         try:
             req = Request(
                 self.command,
@@ -108,6 +113,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._base_url(),
                 self.throttle,
             )
+            req.slow_after = self.server.app.limits.body_timeout_s
             delay = faults.first_byte_delay()
             status = faults.error_status()
             if status is not None:
@@ -115,7 +121,19 @@ class Handler(BaseHTTPRequestHandler):
             elif self._maybe_cut_upload(req):
                 return
             else:
-                resp = self.server.app.handle(req)
+                fault = self._fault(req)
+                if fault is not None and fault.kind == "status":
+                    fault.consume()
+                    code = fault.instruction.status
+                    resp = error_response(GCSError(code, f"Retry Test: Caused a {code}"))
+                elif fault is not None and fault.kind == "reset":
+                    fault.consume()
+                    self._reset_connection()
+                    logger.debug("injected reset of %s %s", self.command, path[:200])
+                    return
+                else:
+                    req.fault = fault
+                    resp = self.server.app.handle(req)
         except GCSError as err:
             delay, resp = 0.0, error_response(err)
         try:
@@ -123,13 +141,15 @@ class Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
             if delay:
                 time.sleep(delay)
-            sent = self._send(resp, self.command == "HEAD")
+            sent = self._send(resp, self.command == "HEAD", fault)
         except OSError as exc:
             logger.debug("connection lost while answering %s %s: %s", self.command, path[:200], exc)
             self.close_connection = True
             sent = -1
         finally:
             resp.close()
+            if not self.close_connection:
+                self.connection.settimeout(self.timeout)  # back to the keep-alive idle timeout
         logger.debug(
             "%s %s -> %d (%d bytes, %.1f ms)",
             self.command,
@@ -140,6 +160,30 @@ class Handler(BaseHTTPRequestHandler):
         )
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
+
+    def _fault(self, req: Request) -> Fault | None:
+        """The Retry Test (or per-request header) fault this request asks for, if any."""
+        if not (
+            "x-retry-test-id" in req.headers
+            or "x-goog-emulator-instructions" in req.headers
+            or "x-goog-testbench-instructions" in req.headers
+            or "x-retry-test-id" in req.params
+        ):
+            return None
+        req.api_method = api_method(req.method, req.path)
+        fault = fault_for(self.server.app, req, req.api_method)
+        if fault is not None:
+            fault.method = req.api_method
+        return fault
+
+    def _reset_connection(self) -> None:
+        """Close with SO_LINGER 0: the client sees "connection reset by peer"."""
+        self.close_connection = True
+        try:
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+        except OSError:
+            pass
 
     def _maybe_cut_upload(self, req: Request) -> bool:
         """Drop the connection half-way through an upload body (fault injection)."""
@@ -165,7 +209,7 @@ class Handler(BaseHTTPRequestHandler):
             pass
 
     # ------------------------------------------------------------- responses
-    def _send(self, resp: Response, head_only: bool) -> int:
+    def _send(self, resp: Response, head_only: bool, fault: Fault | None = None) -> int:
         media = resp.media
         length = media.length if media is not None else len(resp.body)
         self.send_response(resp.status)
@@ -179,6 +223,9 @@ class Handler(BaseHTTPRequestHandler):
         if head_only or no_body:
             self.end_headers()
             return 0
+        if fault is not None and not fault.consumed and self._body_fault(fault, resp):
+            self.end_headers()
+            return self._send_faulted(resp, length, fault)
         if media is None:
             if self.throttle is None:
                 self._headers_buffer.append(b"\r\n" + resp.body)  # one write for small answers
@@ -204,11 +251,54 @@ class Handler(BaseHTTPRequestHandler):
             if self.throttle is not None:
                 self.throttle(len(piece))
 
-    def _send_media(self, media: Media, count: int) -> None:
-        """Send the first ``count`` bytes of ``media``."""
+    def _body_fault(self, fault: Fault, resp: Response) -> bool:
+        if resp.status >= 400 or fault.kind not in ("broken", "status_after", "stall", "corrupt"):
+            return False
+        # uploads apply status-after and stall to the bytes they receive, not to their answer
+        return not (fault.kind in ("status_after", "stall") and fault.method == "storage.objects.insert")
+
+    def _send_faulted(self, resp: Response, length: int, fault: Fault) -> int:
+        """Send the body as ``fault`` says: cut it, stall in it, or corrupt its first byte."""
+        ins = fault.instruction
+        write = (
+            (lambda a, b: self._send_media(resp.media, b - a, a))
+            if resp.media is not None
+            else (lambda a, b: self._write_throttled(memoryview(resp.body)[a:b], b - a))
+        )
+        if ins.kind in ("broken", "status_after"):
+            if length < ins.after:  # too short to break: served whole, instruction kept
+                write(0, length)
+                return length
+            write(0, ins.after)
+            fault.consume()
+            self._abort_connection()
+            logger.debug("injected broken stream after %d/%d bytes", ins.after, length)
+            return ins.after
+        if ins.kind == "stall":
+            if length <= ins.after:
+                write(0, length)
+                return length
+            write(0, ins.after)
+            fault.consume()
+            logger.debug("injected stall of %.1f s after %d bytes", ins.stall_s, ins.after)
+            self.server.stopping.wait(ins.stall_s)
+            write(ins.after, length)
+            return length
+        fault.consume()  # corrupt
+        if length:
+            first = (
+                resp.body_bytes()[:1] if resp.media is None else resp.media.reader.read(resp.media.start, 1)
+            )
+            self.wfile.write(b"B" if first == b"A" else b"A")
+            write(1, length)
+        return length
+
+    def _send_media(self, media: Media, count: int, offset: int = 0) -> None:
+        """Send ``count`` bytes of ``media`` from ``offset``."""
         reader = media.reader
+        start = media.start + offset
         if reader.view is not None:
-            view = reader.view[media.start : media.start + count]
+            view = reader.view[start : start + count]
             if self.throttle is None and count == media.length:
                 self.wfile.write(view)
             else:
@@ -216,10 +306,10 @@ class Handler(BaseHTTPRequestHandler):
             return
         if self.throttle is None and count == media.length:
             if count:
-                self.connection.sendfile(reader.file, media.start, count)
+                self.connection.sendfile(reader.file, start, count)
             return
-        for offset in range(0, count, PIECE):
-            n = min(PIECE, count - offset)
-            self.wfile.write(reader.read(media.start + offset, n))
+        for off in range(0, count, PIECE):
+            n = min(PIECE, count - off)
+            self.wfile.write(reader.read(start + off, n))
             if self.throttle is not None:
                 self.throttle(n)

@@ -83,7 +83,7 @@ def _decode_token(token: str) -> tuple[str, int | None, bool]:
     try:
         data = json.loads(base64.urlsafe_b64decode(token.encode()))
         return str(data["n"]), data.get("g"), bool(data.get("p"))
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         raise bad_request("Invalid pageToken.") from None
 
 

@@ -209,7 +209,7 @@ def rewrite_to(app: App, req: Request, sbucket: str, sname: str, dbucket: str, d
             src_gen = int(state["gen"])
             if state["src"] != [sbucket, sname] or state["dst"] != [dbucket, dname]:
                 raise ValueError
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise bad_request("Invalid rewriteToken.") from None
         source = app.store.get(sbucket, sname, src_gen)
     else:

@@ -6,6 +6,8 @@ import io
 import json
 import logging
 import re
+import socket
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 from urllib.parse import parse_qsl
@@ -14,8 +16,11 @@ from fake_gcs.errors import GCSError, bad_request
 
 logger = logging.getLogger(__name__)
 
-READ_PIECE = 8 << 20  # body bytes read per call when streaming an upload
-_RANGE_RE = re.compile(r"^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$", re.IGNORECASE)
+READ_PIECE = 1 << 20  # most body bytes one read asks for: nothing is sized from a declared length
+MIN_BODY_RATE = 1024  # bytes/s a body must average once it has taken longer than the body timeout
+_RANGE_RE = re.compile(r"^\s*bytes\s*=\s*([0-9]{0,19})\s*-\s*([0-9]{0,19})\s*$", re.IGNORECASE)
+_LENGTH_RE = re.compile(r"^[0-9]{1,19}$")
+_CHUNK_SIZE_RE = re.compile(rb"^[0-9A-Fa-f]{1,16}$")
 
 
 class Headers:
@@ -23,8 +28,12 @@ class Headers:
 
     def __init__(self, items) -> None:
         self._d: dict[str, str] = {}
+        self.conflicting: set[str] = set()  # names sent twice with different values
         for name, value in items:
-            self._d.setdefault(name.lower(), value)
+            key = name.lower()
+            if key in self._d and self._d[key] != value:
+                self.conflicting.add(key)
+            self._d.setdefault(key, value)
 
     def get(self, name: str, default=None):
         return self._d.get(name.lower(), default)
@@ -61,42 +70,59 @@ class Request:
         self.params: dict[str, str] = {}
         for key, value in pairs:
             self.params.setdefault(key, value)
+        self._pairs = pairs
         self._chunked = "chunked" in (headers.get("Transfer-Encoding") or "").lower()
         length = headers.get("Content-Length")
         if self._chunked:
             self._remaining = 0
-        else:
-            try:
-                self._remaining = int(length) if length else 0
-            except ValueError:
-                self._remaining = -1
-            if self._remaining < 0:
-                self._remaining = 0
-                self.bad_length = True
+        elif length is None:
+            self._remaining = 0
+        elif _LENGTH_RE.match(length.strip(" \t")) and "content-length" not in headers.conflicting:
+            self._remaining = int(length)
+        else:  # "+23", "2_3", "", "-0", two different values: 400, and the connection is closed
+            self._remaining = 0
+            self.bad_length = True
         self.declared_length = None if self._chunked else self._remaining
         self._chunk_left = 0
         self._eof = not self._chunked and self._remaining == 0
 
     bad_length = False
+    slow_after: float | None = None  # seconds after which a body must average MIN_BODY_RATE (handler)
+    _t0: float | None = None
+    _got = 0
+    fault = None  # a fake_gcs.retry_test.Fault the upload code applies to the bytes it receives
+    api_method: str | None = None
+
+    def param_values(self, key: str) -> list[str]:
+        """Every value of a repeated query parameter, in order."""
+        return [v for k, v in self._pairs if k == key]
 
     def header(self, name: str, default=None):
         return self.headers.get(name, default)
 
     # ----------------------------------------------------------------- body
     def _read_raw(self, n: int) -> bytes:
-        data = self._rfile.read(n)
+        """What the client sent so far, up to ``n`` bytes (one receive: no waiting for all ``n``)."""
+        if self._t0 is None:
+            self._t0 = time.monotonic()
+        data = self._rfile.read1(n)
+        self._got += len(data)
         if self._throttle and data:
             self._throttle(len(data))
+        if self.slow_after is not None:
+            elapsed = time.monotonic() - self._t0
+            if elapsed > self.slow_after and self._got < MIN_BODY_RATE * elapsed:
+                raise socket.timeout(f"request body slower than {MIN_BODY_RATE} bytes/s")
         return data
 
     def _next_chunk_size(self) -> int:
         line = self._rfile.readline(1026)
         if not line.endswith(b"\n"):
             raise bad_request("Malformed chunked body.")
-        try:
-            return int(line.split(b";", 1)[0].strip(), 16)
-        except ValueError:
-            raise bad_request("Malformed chunked body.") from None
+        size = line.split(b";", 1)[0].strip(b" \t\r\n")
+        if not _CHUNK_SIZE_RE.match(size):  # no sign, no "0x", no "_": hex digits only
+            raise bad_request("Malformed chunked body: a chunk size must be hexadecimal digits.")
+        return int(size, 16)
 
     def read_some(self, n: int = READ_PIECE) -> bytes:
         """Up to ``n`` body bytes; ``b""`` at the end. Raises 400 when the body is cut short."""
@@ -127,31 +153,11 @@ class Request:
             self._rfile.readline(3)
         return data
 
-    def read_exact_into(self, buf: bytearray) -> None:
-        """Fill ``buf`` (sized to Content-Length) straight from the socket."""
-        view = memoryview(buf)
-        got = 0
-        while got < len(buf):
-            n = self._rfile.readinto(view[got : got + READ_PIECE])
-            if not n:
-                self._eof = True
-                raise bad_request("Request body ended before Content-Length bytes.")
-            if self._throttle:
-                self._throttle(n)
-            got += n
-        self._remaining -= got
-        self._eof = self._remaining == 0
-
     def iter_body(self, limit: int):
-        """Yield the body in pieces; 413 once more than ``limit`` bytes arrive."""
+        """Yield the body in pieces of at most READ_PIECE bytes; 413 once more than ``limit`` arrive."""
         total = 0
         if not self._chunked and self._remaining > limit:
             raise GCSError(413, f"Request body exceeds the limit of {limit} bytes.")
-        if not self._chunked and 0 < self._remaining <= READ_PIECE:
-            buf = bytearray(self._remaining)
-            self.read_exact_into(buf)
-            yield buf
-            return
         while True:
             piece = self.read_some()
             if not piece:
@@ -170,13 +176,7 @@ class Request:
         raw = self.read_body(limit)
         if not raw.strip():
             return {}
-        try:
-            value = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            raise bad_request("Parse Error: the request body is not valid JSON.") from None
-        if not isinstance(value, dict):
-            raise bad_request("Parse Error: the request body must be a JSON object.")
-        return value
+        return parse_json_object(raw, "the request body")
 
     def drain(self, limit: int = 64 << 20) -> bool:
         """Discard what is left of the body; False if it is too big (close the connection)."""
@@ -196,6 +196,17 @@ class Request:
     @property
     def body_done(self) -> bool:
         return self._eof
+
+
+def parse_json_object(raw, what: str) -> dict:
+    """``raw`` as a JSON object; 400 JSON when it is not one (bad syntax, too deep, not an object)."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise bad_request(f"Parse Error: {what} is not valid JSON (or is nested too deeply).") from None
+    if not isinstance(value, dict):
+        raise bad_request(f"Parse Error: {what} must be a JSON object.")
+    return value
 
 
 @dataclass

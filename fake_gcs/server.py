@@ -28,6 +28,7 @@ class _HTTPServer(ThreadingHTTPServer):
         self.faults = faults
         self._connections: set[socket.socket] = set()
         self._conn_lock = threading.Lock()
+        self.stopping = app.stopping  # wakes injected stalls when the server stops
         super().__init__(address, Handler)
 
     @property
@@ -148,6 +149,7 @@ class FakeGCSServer:
 
     def stop(self) -> None:
         """Stop accepting, cut open connections, release the port."""
+        self._httpd.stopping.set()
         if self._thread is not None:
             self._httpd.shutdown()
             self._thread.join(timeout=10)

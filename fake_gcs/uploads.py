@@ -20,15 +20,17 @@ from urllib.parse import quote
 from fake_gcs.checksums import Hasher, crc32c_b64, decode_crc32c, decode_md5, md5_b64, parse_goog_hash
 from fake_gcs.errors import GCSError, bad_request
 from fake_gcs.model import Preconditions, validate_object_name
-from fake_gcs.multipart import parse_related
-from fake_gcs.request import Request, Response, empty_response, json_response
+from fake_gcs.multipart import MultipartStream, boundary_of
+from fake_gcs.request import Request, Response, empty_response, json_response, parse_json_object
 from fake_gcs.store import writable_fields
 
 if TYPE_CHECKING:  # pragma: no cover
     from fake_gcs.app import App
 
 logger = logging.getLogger(__name__)
-_CONTENT_RANGE_RE = re.compile(r"^\s*bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)\s*$", re.IGNORECASE)
+_CONTENT_RANGE_RE = re.compile(
+    r"^\s*bytes\s+(?:([0-9]{1,19})-([0-9]{1,19})|\*)/([0-9]{1,19}|\*)\s*$", re.IGNORECASE
+)
 
 
 def _expected_hashes(req: Request, resource: dict) -> tuple[int | None, bytes | None]:
@@ -112,8 +114,23 @@ def _commit(
     return json_response(version.resource(req.base_url))
 
 
+def _single_shot_fault(app: App, req: Request, size: int, writer) -> None:
+    """A Retry Test ``return-NNN-after-NK`` / ``stall-for-Ts-after-NK`` on a one-request upload."""
+    fault = req.fault
+    if fault is None or fault.consumed or fault.kind not in ("status_after", "stall"):
+        return
+    if size < fault.instruction.after:
+        return
+    fault.consume()
+    if fault.kind == "stall":
+        app.stopping.wait(fault.instruction.stall_s)
+        return
+    writer.abort()
+    raise GCSError(fault.instruction.status, "Fault injected during a single-shot upload")
+
+
 def media_upload(app: App, req: Request, bucket: str) -> Response:
-    """``uploadType=media``: the body is the object."""
+    """``uploadType=media``: the body is the object, streamed to the store."""
     name = validate_object_name(req.params.get("name"))
     pre = Preconditions.from_params(req.params)
     expected = _expected_hashes(req, {})
@@ -126,6 +143,7 @@ def media_upload(app: App, req: Request, bucket: str) -> Response:
         for piece in req.iter_body(app.limits.max_object_size):
             hasher.update(piece)
             writer.write(piece)
+        _single_shot_fault(app, req, hasher.size, writer)
     except BaseException:
         writer.abort()
         raise
@@ -133,27 +151,35 @@ def media_upload(app: App, req: Request, bucket: str) -> Response:
 
 
 def multipart_upload(app: App, req: Request, bucket: str) -> Response:
-    """``uploadType=multipart``: a metadata part and a media part."""
-    body = req.read_body(app.limits.max_object_size + app.limits.max_json_bytes)
-    parts = parse_related(body, req.header("Content-Type", ""))
-    if len(parts) != 2:
-        raise bad_request("A multipart upload needs exactly two parts: metadata and media.")
-    (meta_headers, meta_raw), (media_headers, media) = parts
-    try:
-        resource = json.loads(bytes(meta_raw)) if bytes(meta_raw).strip() else {}
-    except (ValueError, UnicodeDecodeError):
-        raise bad_request("Parse Error: the metadata part is not valid JSON.") from None
-    if not isinstance(resource, dict):
-        raise bad_request("Parse Error: the metadata part must be a JSON object.")
+    """``uploadType=multipart``: a metadata part and a media part, the media streamed to the store."""
+    stream = MultipartStream(req.read_some, boundary_of(req.header("Content-Type", "")))
+    two_parts = "A multipart upload needs exactly two parts: metadata and media."
+    if stream.next_headers() is None:
+        raise bad_request(two_parts)
+    meta_raw = stream.read_payload(app.limits.max_json_bytes, "metadata")
+    resource = parse_json_object(meta_raw, "the metadata part") if meta_raw.strip() else {}
     name = _object_name(req, resource)
     pre = Preconditions.from_params(req.params)
     expected = _expected_hashes(req, resource)
+    media_headers = stream.next_headers()
+    if media_headers is None:
+        raise bad_request(two_parts)
     fields = _resource_fields(resource, media_headers.get("content-type"))
+    writer = app.store.backend.writer()
     hasher = Hasher()
-    hasher.update(media)
-    blob = app.store.backend.from_bytes(bytes(media))
-    del body, parts, media, meta_raw
-    return _commit(app, req, bucket, name, blob, hasher, expected, fields, pre)
+    try:
+        for piece in stream.iter_payload():
+            hasher.update(piece)
+            if hasher.size > app.limits.max_object_size:
+                raise GCSError(413, "The object is larger than the maximum object size.")
+            writer.write(piece)
+        if stream.next_headers() is not None:
+            raise bad_request(two_parts)
+        _single_shot_fault(app, req, hasher.size, writer)
+    except BaseException:
+        writer.abort()
+        raise
+    return _commit(app, req, bucket, name, writer.finish(), hasher, expected, fields, pre)
 
 
 # ------------------------------------------------------------------ resumable
@@ -217,10 +243,9 @@ def start_resumable(app: App, req: Request, bucket: str) -> Response:
         current = app.store.bucket(bucket).live.get(name)
     pre.check(current)
     total = req.header("X-Upload-Content-Length")
-    try:
-        total = int(total) if total not in (None, "") else None
-    except ValueError:
-        raise bad_request("Invalid X-Upload-Content-Length.") from None
+    if total not in (None, "") and not re.fullmatch(r"[0-9]{1,19}", total.strip()):
+        raise bad_request("Invalid X-Upload-Content-Length.")
+    total = int(total) if total not in (None, "") else None
     if total is not None and total > app.limits.max_object_size:
         raise GCSError(413, "The object is larger than the maximum object size.")
     fields = _resource_fields(resource, req.header("X-Upload-Content-Type"))
@@ -269,6 +294,52 @@ def _finish(app: App, req: Request, session: Session, upload_id: str) -> Respons
     return resp
 
 
+def _receive(app: App, req: Request, session: Session, first: int, size: int | None) -> None:
+    """Append the body (which starts at object offset ``first``) to the session, in bounded pieces.
+
+    Bytes the session already holds are skipped. All or nothing: when the body is cut short or
+    does not have ``size`` bytes, the session is rolled back to what it held before. A Retry Test
+    ``return-NNN-after-NK`` keeps only the object's first N KiB, then answers NNN; a
+    ``stall-for-Ts-after-NK`` pauses T seconds before answering a chunk that crosses N KiB.
+    """
+    fault = req.fault
+    if fault is not None and (fault.consumed or fault.kind not in ("status_after", "stall")):
+        fault = None
+    keep_until = fault.instruction.after if fault is not None and fault.kind == "status_after" else None
+    before = session.received
+    saved = (session.hasher.copy(), session.writer.size)
+    pos = first  # object offset of the next body byte
+    try:
+        for piece in req.iter_body(app.limits.max_object_size if size is None else size):
+            end = pos + len(piece)
+            lo = max(session.received, pos)
+            hi = end if keep_until is None else min(end, keep_until)
+            if hi > lo:
+                new = piece[lo - pos : hi - pos] if (lo > pos or hi < end) else piece
+                if session.received + len(new) > app.limits.max_object_size:
+                    raise GCSError(413, "The object is larger than the maximum object size.")
+                session.hasher.update(new)
+                session.writer.write(new)
+            pos = end
+        if size is not None and pos - first != size:
+            raise bad_request("Content-Range does not match the request body length.")
+    except BaseException:
+        session.hasher = saved[0]
+        session.writer.truncate(saved[1])
+        raise
+    if fault is None:
+        return
+    after = fault.instruction.after
+    if fault.kind == "stall":
+        if before <= after < session.received:
+            fault.consume()
+            app.stopping.wait(fault.instruction.stall_s)
+        return
+    if session.received >= after:
+        fault.consume()
+        raise GCSError(fault.instruction.status, "Fault injected during a resumable upload")
+
+
 def resumable_chunk(app: App, req: Request, bucket: str) -> Response:
     """A ``PUT``/``POST`` to a session URI: a chunk, a status query, or the last chunk."""
     upload_id = req.params["upload_id"]
@@ -279,16 +350,10 @@ def resumable_chunk(app: App, req: Request, bucket: str) -> Response:
         header = req.header("Content-Range")
         length = req.declared_length
         if header is None:  # the whole object in one request
-            first, last, total = 0, None, None
-            if length is None:
-                body = req.read_body(app.limits.max_object_size)
-            else:
-                if length > app.limits.max_object_size:
-                    raise GCSError(413, "The object is larger than the maximum object size.")
-                body = bytearray(length)
-                req.read_exact_into(body)
-            total = len(body)
-            first, last = (0, total - 1) if total else (None, None)
+            if length is not None and length > app.limits.max_object_size:
+                raise GCSError(413, "The object is larger than the maximum object size.")
+            _receive(app, req, session, 0, None)
+            total = session.received
         else:
             m = _CONTENT_RANGE_RE.match(header)
             if not m:
@@ -298,7 +363,8 @@ def resumable_chunk(app: App, req: Request, bucket: str) -> Response:
             total = int(m.group(3)) if m.group(3) != "*" else None
             if first is not None and last < first:
                 raise bad_request(f"Invalid Content-Range: {header[:100]!r}")
-            body = b""
+            if total is not None and total > app.limits.max_object_size:
+                raise GCSError(413, "The object is larger than the maximum object size.")
             if first is not None:
                 size = last - first + 1
                 if length is not None and length != size:
@@ -310,23 +376,9 @@ def resumable_chunk(app: App, req: Request, bucket: str) -> Response:
                     )
                 if last + 1 > app.limits.max_object_size:
                     raise GCSError(413, "The object is larger than the maximum object size.")
-                if length is None:  # chunked transfer encoding
-                    body = req.read_body(size)
-                    if len(body) != size:
-                        raise bad_request("Content-Range does not match the request body length.")
-                else:
-                    body = bytearray(size)
-                    req.read_exact_into(body)  # all or nothing: a cut chunk persists nothing
-        if total is not None and total > app.limits.max_object_size:
-            raise GCSError(413, "The object is larger than the maximum object size.")
-        if first is not None:
-            skip = session.received - first
-            new = memoryview(body)[skip:] if skip else body
-            if total is not None and session.received + len(new) > total:
-                raise bad_request("Upload is larger than the declared total size.")
-            if len(new):
-                session.hasher.update(new)
-                session.writer.write(new if not skip else bytes(new))
+                if total is not None and last + 1 > total:
+                    raise bad_request("Upload is larger than the declared total size.")
+                _receive(app, req, session, first, size)
         if total is None:
             return _incomplete(session)
         if session.received < total:

@@ -76,6 +76,8 @@ def _random_request(rng: random.Random, host: str) -> bytes:
             "/batch/storage/v1",
             "",
             "/storage/v1",
+            "/retry_test",
+            "/retry_tests",
         ]
     )
     path = base + "/" + _segments(rng)
@@ -133,6 +135,8 @@ def _random_request(rng: random.Random, host: str) -> bytes:
             b'{"name": "' + b"n" * rng.randint(0, 50) + b'"}',
             b'{"sourceObjects": [{"name": 5}]}',
             b'{"sourceObjects": "x"}',
+            b'{"instructions": {"storage.objects.get": ["return-503", "stall-for-0s-after-0K"]}}',
+            b'{"instructions": {"storage.objects.list": "x"}, "transport": 5}',
             b"--B\r\nContent-Type: application/json\r\n\r\n{}\r\n--B\r\n\r\nxx\r\n--B--",
             bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 2000))),
         ]
@@ -162,6 +166,13 @@ def _random_request(rng: random.Random, host: str) -> bytes:
         headers.append("Content-Type: multipart/related; boundary=" + rng.choice(["B", "", '"unterminated']))
     if rng.random() < 0.1:
         headers.append("x-goog-hash: crc32c=" + rng.choice(["AAAAAA==", "!!", ""]))
+    if rng.random() < 0.05:
+        headers.append(
+            rng.choice(["x-retry-test-id: ", "x-goog-emulator-instructions: "])
+            + rng.choice(
+                ["nope", "return-429", "return-broken-stream", "return-corrupted-data", "x" * 300, ""]
+            )
+        )
     if rng.random() < 0.05:
         headers.append("Transfer-Encoding: chunked")
         body = f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n" if rng.random() < 0.7 else b"zz\r\n"
