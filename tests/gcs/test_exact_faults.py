@@ -125,7 +125,8 @@ def test_stall_longer_than_the_read_timeout(fake_gcs_server, caplog):  # noqa: F
     urls = [files[0][0] + f"&x-retry-test-id={tid}", files[1][0]]
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=0.5)
     t0 = time.monotonic()
-    got, retries = _read(urls, caplog, buffer_size=256 << 10, client_kwargs={"timeout": timeout})
+    got, retries = _read(urls, caplog, buffer_size=256 << 10,
+                          storage_options={"client_kwargs": {"timeout": timeout}})
     # the first 256 KiB range stalls after 64 KiB; the read times out and that range is read again
     assert time.monotonic() - t0 < 10  # the read timeout ended the stall, not the 20 s
     _check(got, files, retries, [("read", urls[0], 0)])
@@ -146,7 +147,8 @@ def test_gcsfs_reads_send_the_header_and_retry_by_themselves(fake_gcs_server, ca
     )
     urls = [f"gs://{BUCKET}/data/train-{i:05d}" for i in range(2)]
     got = list(
-        tpudata.read_records(urls, buffer_size=1 << 20, session_kwargs={"headers": {"x-retry-test-id": tid}})
+        tpudata.read_records(urls, buffer_size=1 << 20,
+                             storage_options={"session_kwargs": {"headers": {"x-retry-test-id": tid}}})
     )
     assert got == [r for _, records in files for r in records]
     assert _completed(fake_gcs_server, tid)  # gcsfs met (and retried) all three faults
