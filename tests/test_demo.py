@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -21,3 +22,6 @@ def test_demo_runs(tmp_path):
     assert "gs://demo/imagenet/train-*: 8 shards, 96 records" in out
     assert "model.ckpt-00000020.npz" in out
     assert "image/class/synset" in out  # tpudata head over gs://
+    # the JAX backend (measured device time) whenever JAX is installed, else numpy
+    backend = "jax" if importlib.util.find_spec("jax") else "numpy"
+    assert f"infeed ({backend} backend)" in out and f"backend={backend}" in out

@@ -81,6 +81,9 @@ class JaxBackend:
                 f"--xla_force_host_platform_device_count={n} before JAX is imported, or lower "
                 "TPUConfig.num_shards")
         self.devices = devices[:n]
+        if estimator.config.tpu_config.simulated_step_seconds:
+            logger.warning("TPUConfig.simulated_step_seconds is ignored by backend='jax': device "
+                           "time is measured")
         self.mesh = Mesh(np.array(self.devices), (jax_step.AXIS,))
         self.sharded = NamedSharding(self.mesh, PartitionSpec(jax_step.AXIS))
         self.replicated = NamedSharding(self.mesh, PartitionSpec())
