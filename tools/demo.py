@@ -144,7 +144,7 @@ def main(argv=None) -> int:
             config=tpu.RunConfig(model_dir="gs://demo/model",
                                  tpu_config=tpu.TPUConfig(
                                      iterations_per_loop=10, num_shards=8,
-                                     simulated_step_seconds=args.step_ms / 1e3 if args.backend == "numpy" else 0)),
+                                     simulated_step_seconds=args.step_ms / 1e3 * (args.backend == "numpy"))),
             train_batch_size=64, eval_batch_size=32, backend=args.backend)
         est.train(train_input_fn, steps=args.steps)
         report = est.last_train_report

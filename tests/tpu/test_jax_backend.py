@@ -258,3 +258,37 @@ def test_infeed_report_measures_device_time_and_input_wait():
     assert report.input_bound_percent < 10
     assert report.records_per_second > 0 and report.mb_per_second > 0
     assert report.global_step == 12 and np.isfinite(report.loss)
+
+
+@pytest.mark.parametrize("deployment,hosts", [(tpu.InputPipelineConfig.PER_HOST_V1, 1),
+                                              (tpu.InputPipelineConfig.BROADCAST, 1),
+                                              (tpu.InputPipelineConfig.PER_HOST_V2, 2)])
+def test_input_deployments_give_the_numpy_results(deployment, hosts):
+    def inp(params):
+        ctx = params["context"]
+        return train_input(params).shard(ctx.num_hosts, ctx.current_host)
+
+    cfg = tpu.RunConfig(tpu_config=tpu.TPUConfig(iterations_per_loop=4, num_shards=8, num_hosts=hosts,
+                                                 per_host_input_for_training=deployment))
+    results = [tpu.TPUEstimator(models.softmax_regression(4, learning_rate=0.3), cfg, train_batch_size=64,
+                                backend=b).train(inp, steps=8).get_variable_value("softmax/W")
+               for b in ("numpy", "jax")]
+    np.testing.assert_allclose(results[1], results[0], atol=1e-5)
+
+
+def test_input_errors_and_early_end_surface_in_train():
+    def bad(params):
+        return Dataset.range(100).map(lambda i: (_ for _ in ()).throw(OSError("disk on fire")) if i == 9
+                                      else ({"x": X[0]}, Y[0])).batch(params["batch_size"])
+
+    with pytest.raises(OSError, match="disk on fire"):
+        estimator(shards=2, train_batch_size=2, loop=3).train(bad, steps=50)
+
+    def short(params):  # 9 steps of input for 8 replicas, loops of 4: 4, 4, then 1
+        return Dataset.from_tensor_slices(({"x": X[:9 * 64]}, Y[:9 * 64])).batch(params["batch_size"])
+
+    est = estimator(loop=4).train(short, steps=40)
+    assert est.global_step == 9 and [r.steps for r in est.infeed_reports] == [4, 4, 1]
+    ref = estimator(loop=4, backend="numpy").train(short, steps=40)
+    np.testing.assert_allclose(est.get_variable_value("softmax/W"), ref.get_variable_value("softmax/W"),
+                               atol=1e-5)

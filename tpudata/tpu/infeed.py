@@ -103,9 +103,10 @@ class Infeed:
     each source batch is divided into that many replica batches (PER_HOST_V1 / BROADCAST);
     otherwise each replica takes the next batch (PER_HOST_V2).
 
-    ``states[h]`` (from a checkpoint) positions host h's Dataset iterator. Each queued step carries
-    its host's iterator state after the step's batches (with ``track_state``), and :attr:`consumed_state` is the state
-    after the last step handed out by :meth:`get_step` (not what the threads read ahead).
+    ``states[h]`` (from a checkpoint) positions host h's Dataset iterator. With ``track_state``
+    each queued step carries its host's iterator state after the step's batches, and
+    :attr:`consumed_state` is the state after the last step handed out by :meth:`get_step` (not
+    what the threads read ahead).
     """
 
     def __init__(self, sources: list, replicas_per_source: int, split: bool, max_steps: int,
@@ -216,6 +217,11 @@ class Infeed:
         self.stop.set()
         for t in self.threads:
             t.join()
+        for q in self.queues:  # wake a consumer blocked in get_step (another thread's)
+            try:
+                q.put_nowait(_END)
+            except queue.Full:
+                pass
         for it in self.iterators:
             close = getattr(it, "close", None)
             if close is not None:

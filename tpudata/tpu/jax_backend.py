@@ -124,7 +124,8 @@ class JaxBackend:
         store = self.est.store
         if self._params is None or self._version != store.version:
             names = store.names()
-            self._params = {k: jax.device_put(np.stack([store.values[r][k] for r in range(len(self.devices))]),
+            copies = range(len(self.devices))
+            self._params = {k: jax.device_put(np.stack([store.values[r][k] for r in copies]),
                                               self.sharded) for k in names}
             self._slots = None
             self._version = store.version
@@ -233,7 +234,8 @@ class TrainLoops:
         self.infeed = infeed
         loop = backend.est.config.tpu_config.iterations_per_loop
         self.sizes = [loop] * (steps // loop) + ([steps % loop] if steps % loop else [])
-        self.queue: queue.Queue = queue.Queue(maxsize=max(1, backend.est.config.tpu_config.infeed_queue_loops - 1))
+        ahead = backend.est.config.tpu_config.infeed_queue_loops - 1  # loops stacked in advance
+        self.queue: queue.Queue = queue.Queue(maxsize=max(1, ahead))
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="tpudata-jax-infeed", daemon=True)
         self.thread.start()
@@ -297,5 +299,7 @@ class TrainLoops:
         return report, steps < n
 
     def close(self) -> None:
+        """Stop the stacking thread (closing the infeed wakes it if it waits for input)."""
         self.stop.set()
+        self.infeed.close()
         self.thread.join()
