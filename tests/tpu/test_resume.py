@@ -150,3 +150,20 @@ def test_checkpoints_move_between_backends(shards):
     ref = make("numpy", numpy_model(whole)).train(input_fn, steps=10)
     np.testing.assert_allclose(on_jax.get_variable_value("softmax/W"), ref.get_variable_value("softmax/W"),
                                atol=1e-5)
+
+
+def test_a_different_input_cannot_silently_take_the_saved_state(shards):
+    seen: list = []
+    d = f"{BUCKET}/other"
+    make("numpy", numpy_model(seen), d).train(input_fn, steps=5)
+
+    def other(params):
+        ids = np.arange(N, dtype=np.int32)
+        return Dataset.from_tensor_slices({"id": ids, "x": XS, "y": YS.astype(np.int32)}).repeat().batch(
+            params["batch_size"], drop_remainder=True)
+
+    with pytest.raises(ValueError, match="does not fit the Dataset") as info:
+        make("numpy", numpy_model(seen), d).train(other, max_steps=10)
+    assert "restore_input=False" in str(info.value)
+    est = make("numpy", numpy_model(seen), d).train(other, max_steps=10, restore_input=False)
+    assert est.global_step == 10

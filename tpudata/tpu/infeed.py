@@ -125,7 +125,14 @@ class Infeed:
         for h, src in enumerate(sources):
             state = states[h] if states is not None else None
             if isinstance(src, Dataset):
-                it = src.iterator(state)
+                try:
+                    it = src.iterator(state)
+                except Exception as exc:
+                    raise ValueError(
+                        f"host {h}: the checkpoint's input state does not fit the Dataset that "
+                        f"input_fn returned ({type(exc).__name__}: {exc}); resume with the input_fn "
+                        "of the checkpointed run, or train(..., restore_input=False) to start the "
+                        "input afresh") from exc
             else:
                 if state is not None:
                     raise ValueError("the checkpoint holds an input state, but input_fn returned "

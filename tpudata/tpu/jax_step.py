@@ -4,7 +4,9 @@ A parameter is the pytree entry ``params[name]`` for every ``get_variable(name, 
 model_fn makes; its initial value is the numpy store's (same seed, same initializer), so both
 backends start from the same weights. The optimizers are the numpy ones (SGD, Momentum, Adam:
 the same formulas and slot names, so checkpoints move between backends), rewritten as pure
-functions of ``(params, grads, slots, step)``.
+functions of ``(params, grads, slots, step)``. One difference: ``jax.grad`` gives every parameter a
+gradient (zero for one the TRAIN loss does not read), so Momentum and Adam still move such a
+parameter with their slots, where the numpy backend updates only the variables it got gradients for.
 """
 
 from __future__ import annotations
