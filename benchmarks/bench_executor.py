@@ -3,7 +3,7 @@
 An MLP (64 -> --hidden -> 10) trains from a TFRecord pipeline (list_files -> parallel interleave
 -> repeat -> shuffle -> parse -> batch -> make_tpu_ready -> prefetch) over 16 local shards, with
 iterations_per_loop 1, 10 and 100. Each setting first trains one loop (compiling its program),
-then --steps steps are timed. Printed per setting: steps/s, input-bound % and device time per
+then --steps steps are timed; the best of --repeat interleaved rounds is shown. Printed per setting: steps/s, input-bound % and device time per
 step from the infeed report, and the host overhead per step (wall time not spent on the device
 or waiting for input: dispatch, the per-loop replica check and bookkeeping). The ratio of steps/s
 against iterations_per_loop=1 is what larger loops buy; the numpy backend at 10 is the peer
@@ -78,6 +78,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=256, help="global batch (8 replicas)")
     ap.add_argument("--records", type=int, default=32768)
     ap.add_argument("--loops", type=int, nargs="+", default=[1, 10, 100])
+    ap.add_argument("--repeat", type=int, default=2,
+                    help="rounds over all settings (interleaved); the best round of each is shown")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
@@ -91,8 +93,14 @@ def main(argv=None) -> int:
               f"{'device ms/step':>15} {'host ms/step':>13}")
         base = None
         rows = [("jax", n) for n in args.loops] + [("numpy", 10)]
+        best: dict = {}
+        for _ in range(args.repeat):  # interleaved, so a noisy moment hits one round of each
+            for row in rows:
+                r = run(row[0], row[1], args.steps, args.hidden, args.batch, input_fn)
+                if row not in best or r["steps_per_s"] > best[row]["steps_per_s"]:
+                    best[row] = r
         for backend, loop in rows:
-            r = run(backend, loop, args.steps, args.hidden, args.batch, input_fn)
+            r = best[(backend, loop)]
             if backend == "jax" and base is None:
                 base = r["steps_per_s"]
             ratio = f"{r['steps_per_s'] / base:8.2f}x" if backend == "jax" else "     peer"

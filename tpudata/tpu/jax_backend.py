@@ -96,6 +96,7 @@ class JaxBackend:
         self._slots = None
         self._version = -1  # the store version the device copies were made from
         self._traces = 0
+        self._step = None  # (global step, the same on the devices)
         self.last_compile_seconds = 0.0
 
     # -- parameters --------------------------------------------------------------------------------
@@ -204,22 +205,26 @@ class JaxBackend:
             one = jax.tree_util.tree_map(lambda a: a[0, 0], (features, labels))
             self._init_variables(ModeKeys.TRAIN, *one)
         params, slots = self._device_params(), self._device_slots()
-        step = jax.device_put(np.asarray(est.global_step, np.int32), self.replicated)
+        if self._step is None or self._step[0] != est.global_step:
+            self._step = (est.global_step,
+                          jax.device_put(np.asarray(est.global_step, np.int32), self.replicated))
+        step = self._step[1]
         args = (params, slots, step, features, labels)
         fn = jax_step.make_train_loop(est.model_fn, est.store, est._model_params(ModeKeys.TRAIN),
                                       self._optimizer, self._on_trace)
         spec = PartitionSpec(jax_step.AXIS)
         sm = _shard_map_fn(fn, self.mesh, in_specs=(spec, spec, PartitionSpec(), spec, spec),
-                           out_specs=(spec, spec, spec))
+                           out_specs=(spec, spec, PartitionSpec(), spec))
         compiling = self.compile_seconds
         compiled = self._compile((ModeKeys.TRAIN, _signature(args)), sm, *args)
         self.last_compile_seconds = self.compile_seconds - compiling
         t0 = time.perf_counter()
-        new_params, new_slots, losses = compiled(*args)
+        new_params, new_slots, new_step, losses = compiled(*args)
         jax.block_until_ready((new_params, new_slots, losses))
         device = time.perf_counter() - t0
         self._to_host(new_params, new_slots)
         est.global_step += n
+        self._step = (est.global_step, new_step)  # the next loop's step, already on the devices
         est._input_state = state
         losses = np.asarray(jax.device_get(losses))
         return LoopReport(steps=n, device_seconds=device, wait_seconds=waited, records=records,

@@ -158,7 +158,7 @@ def make_train_loop(model_fn: Callable, store: VariableStore, model_params: dict
 
     Arguments and results carry a leading replica axis of 1 (shard_map's block of the
     ``[num_replicas, ...]`` arrays): ``(params, slots, step, features[1, L, ...], labels)`` ->
-    ``(params, slots, losses[1, L])``.
+    ``(params, slots, step + L, losses[1, L])``; ``step`` is replicated.
     """
 
     def one_step(carry, batch):
@@ -178,9 +178,9 @@ def make_train_loop(model_fn: Callable, store: VariableStore, model_params: dict
     def loop(params, slots, step, features, labels):
         on_trace()
         carry = (_squeeze(params), _squeeze(slots), step)
-        (params, slots, _), losses = jax.lax.scan(one_step, carry, (_squeeze(features),
-                                                                    _squeeze(labels)))
-        return _expand(params), _expand(slots), losses[None]
+        (params, slots, step), losses = jax.lax.scan(one_step, carry, (_squeeze(features),
+                                                                       _squeeze(labels)))
+        return _expand(params), _expand(slots), step, losses[None]
 
     return loop
 
