@@ -226,10 +226,11 @@ class TPUEstimator:
         if self._input_state is not None:
             logger.info("input resumes where step %d left it", self.global_step)
         infeed = self._input(input_fn, ModeKeys.TRAIN, states=self._input_state)
-        loops = (self._jax.train_loops(infeed, target - self.global_step) if self._jax is not None
-                 else None)
+        loops = None  # the JAX backend's loop stacker
         total = LoopReport(loops=0)
         try:
+            if self._jax is not None:
+                loops = self._jax.train_loops(infeed, target - self.global_step)
             ended = False
             while self.global_step < target and not ended:
                 start_step = self.global_step
