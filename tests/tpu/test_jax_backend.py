@@ -236,11 +236,15 @@ def test_infeed_report_measures_device_time_and_input_wait():
     def slow(params):
         return train_input(params).map(lambda f, y: (time.sleep(0.004), (f, y))[1])
 
-    est = estimator(shards=2, train_batch_size=8, loop=4).train(slow, steps=12)
+    est = estimator(shards=2, train_batch_size=8, loop=4)
+    est.train(train_input, steps=4)  # compile first: the input would be read ahead meanwhile
+    assert est._jax.compilations == 1
+    est.train(slow, steps=12)
     report = est.last_train_report
+    assert est._jax.compilations == 1
     assert report.steps == 12 and report.records == 96 and report.loops == 3
-    assert report.input_bound_percent > 50  # 8 ms of input per step, microseconds of device
     assert all(r.device_seconds > 0 for r in est.infeed_reports)
+    assert report.input_bound_percent > 50  # 8 ms of input per step, well under 1 ms of device
 
     def heavy(features, labels, mode, params):  # real device work: 40 chained 256x256 matmuls
         w = tpu.get_variable("w", (12, 256), initializer=tpu.initializers.glorot_uniform)
@@ -292,3 +296,22 @@ def test_input_errors_and_early_end_surface_in_train():
     ref = estimator(loop=4, backend="numpy").train(short, steps=40)
     np.testing.assert_allclose(est.get_variable_value("softmax/W"), ref.get_variable_value("softmax/W"),
                                atol=1e-5)
+
+
+def test_device_side_check_compares_bits():
+    from jax.sharding import Mesh, PartitionSpec
+
+    from tpudata.tpu import jax_backend, jax_step
+
+    mesh = Mesh(np.array(jax.devices()[:8]), (jax_step.AXIS,))
+    check = jax.jit(jax_backend._shard_map_fn(
+        lambda p: jax_step.diverged(jax.tree_util.tree_map(lambda a: a[0], p)), mesh,
+        in_specs=(PartitionSpec(jax_step.AXIS),), out_specs=PartitionSpec()))
+    same = np.tile(np.array([1.5, np.nan, -0.0], np.float32), (8, 1))  # NaN == NaN bit for bit
+    signed_zero = same.copy()
+    signed_zero[5, 2] = 0.0  # equal as floats, different bits
+    ulp = same.copy()
+    ulp[7, 0] = np.nextafter(np.float32(1.5), np.float32(2))
+    out = jax.device_get(check({"same": same, "zero": signed_zero, "ulp": ulp,
+                                "ints": np.arange(8, dtype=np.int32)[:, None]}))
+    assert out == {"same": False, "zero": True, "ulp": True, "ints": True}

@@ -9,8 +9,9 @@
   compiled ``lax.scan`` call, as TPUEstimator's device-side loop does. Programs are compiled ahead
   of time per input shape and counted (:attr:`JaxBackend.compilations`); device time is measured
   to ``block_until_ready`` and compilation is not counted in it.
-- After every loop the replicas' parameters come back to the host, are checked bit-identical and
-  are what checkpoints and ``get_variable_value`` see.
+- After every loop the devices compare their parameter copies bit for bit (``pmax``/``pmin`` of
+  the bits); one copy comes back to the host for checkpoints and ``get_variable_value`` (all of
+  them when the copies differ, so that the estimator's check names the replica and variable).
 """
 
 from __future__ import annotations
@@ -141,13 +142,24 @@ class JaxBackend:
                            for k, v in slots.items()}
         return self._slots
 
-    def _to_host(self, params, slots) -> None:
-        """The device copies back into the estimator's per-replica store (checked, saved)."""
+    def _to_host(self, params, slots, every_copy: bool = True) -> None:
+        """The device copies back into the estimator's per-replica store (checked, saved); with
+        ``every_copy=False`` only the first device's, shared by every replica entry (the devices
+        found them bit-identical)."""
         store = self.est.store
-        host = jax.device_get((params, slots))
-        for r in range(len(self.devices)):
-            store.values[r] = {k: np.array(v[r]) for k, v in host[0].items()}
-            self.est.slots[r] = {k: np.array(v[r]) for k, v in host[1].items()}
+        if every_copy:
+            host = jax.device_get((params, slots))
+            for r in range(len(self.devices)):
+                store.values[r] = {k: np.array(v[r]) for k, v in host[0].items()}
+                self.est.slots[r] = {k: np.array(v[r]) for k, v in host[1].items()}
+        else:
+            first = jax.tree_util.tree_map(lambda a: a.addressable_shards[0].data, (params, slots))
+            host = jax.device_get(first)
+            values = {k: np.asarray(v)[0] for k, v in host[0].items()}
+            slot_values = {k: np.asarray(v)[0] for k, v in host[1].items()}
+            for r in range(len(self.devices)):
+                store.values[r] = dict(values)
+                self.est.slots[r] = dict(slot_values)
         store.version += 1
         self._version = store.version
         self._params, self._slots = params, slots
@@ -214,15 +226,16 @@ class JaxBackend:
                                       self._optimizer, self._on_trace)
         spec = PartitionSpec(jax_step.AXIS)
         sm = _shard_map_fn(fn, self.mesh, in_specs=(spec, spec, PartitionSpec(), spec, spec),
-                           out_specs=(spec, spec, PartitionSpec(), spec))
+                           out_specs=(spec, spec, PartitionSpec(), spec, PartitionSpec()))
         compiling = self.compile_seconds
         compiled = self._compile((ModeKeys.TRAIN, _signature(args)), sm, *args)
         self.last_compile_seconds = self.compile_seconds - compiling
         t0 = time.perf_counter()
-        new_params, new_slots, new_step, losses = compiled(*args)
-        jax.block_until_ready((new_params, new_slots, losses))
+        new_params, new_slots, new_step, losses, diverged = compiled(*args)
+        jax.block_until_ready((new_params, new_slots, losses, diverged))
         device = time.perf_counter() - t0
-        self._to_host(new_params, new_slots)
+        diverged = jax.device_get(diverged)
+        self._to_host(new_params, new_slots, every_copy=any(bool(v) for v in diverged.values()))
         est.global_step += n
         self._step = (est.global_step, new_step)  # the next loop's step, already on the devices
         est._input_state = state

@@ -152,13 +152,25 @@ def _expand(tree):
     return jax.tree_util.tree_map(lambda a: jnp.asarray(a)[None], tree)
 
 
+def diverged(params: dict) -> dict:
+    """Per parameter, whether any replica's copy differs from another's in any bit (inside
+    shard_map): the max and min over replicas of the bits, read as integers, agree otherwise."""
+    out = {}
+    for name, value in params.items():
+        kind = {1: jnp.int8, 2: jnp.int16, 4: jnp.int32}.get(value.dtype.itemsize)
+        bits = jax.lax.bitcast_convert_type(value, kind) if kind is not None else value
+        out[name] = jnp.any(jax.lax.pmax(bits, AXIS) != jax.lax.pmin(bits, AXIS))
+    return out
+
+
 def make_train_loop(model_fn: Callable, store: VariableStore, model_params: dict,
                     optimizer: Optimizer, on_trace: Callable[[], None]) -> Callable:
     """One replica's device loop: ``lax.scan`` of train steps over the stacked infeed.
 
     Arguments and results carry a leading replica axis of 1 (shard_map's block of the
     ``[num_replicas, ...]`` arrays): ``(params, slots, step, features[1, L, ...], labels)`` ->
-    ``(params, slots, step + L, losses[1, L])``; ``step`` is replicated.
+    ``(params, slots, step + L, losses[1, L], diverged)``; ``step`` and ``diverged`` (per
+    parameter: do the replicas' copies differ in any bit?) are replicated.
     """
 
     def one_step(carry, batch):
@@ -180,7 +192,7 @@ def make_train_loop(model_fn: Callable, store: VariableStore, model_params: dict
         carry = (_squeeze(params), _squeeze(slots), step)
         (params, slots, step), losses = jax.lax.scan(one_step, carry, (_squeeze(features),
                                                                        _squeeze(labels)))
-        return _expand(params), _expand(slots), step, losses[None]
+        return _expand(params), _expand(slots), step, losses[None], diverged(params)
 
     return loop
 
