@@ -78,12 +78,13 @@ def test_evaluate_and_predict_match_numpy():
     b = estimator(models.mlp(16, 4, learning_rate=0.5), backend="numpy").train(train_input, steps=60)
     ra, rb = a.evaluate(eval_input), b.evaluate(eval_input)
     assert ra["examples"] == rb["examples"] == 120  # exact epoch: the padding never counts
-    assert ra["accuracy"] == rb["accuracy"] > 0.85
+    # float32 on the devices vs float64 in numpy: a near-tie may go the other way, one at most
+    assert rb["accuracy"] > 0.85 and abs(ra["accuracy"] - rb["accuracy"]) <= 1 / 120
     assert ra["loss"] == pytest.approx(rb["loss"], abs=1e-5)
     inp = lambda p: Dataset.from_tensor_slices({"x": X[:37]}).batch(p["batch_size"])  # noqa: E731
     pa, pb = list(a.predict(inp)), list(b.predict(inp))
     assert len(pa) == len(pb) == 37
-    assert [int(p["classes"]) for p in pa] == [int(p["classes"]) for p in pb]
+    assert sum(int(p["classes"]) != int(q["classes"]) for p, q in zip(pa, pb)) <= 1
     np.testing.assert_allclose(np.stack([p["probabilities"] for p in pa]),
                                np.stack([p["probabilities"] for p in pb]), atol=1e-5)
 
