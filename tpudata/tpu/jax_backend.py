@@ -6,9 +6,10 @@
   step runs under ``shard_map`` with CrossShardOptimizer as ``lax.pmean``/``psum`` of gradients.
 - Training stacks ``iterations_per_loop`` steps of per-replica batches on the host (a thread
   prepares the next loop's stack while the device runs the current one) and runs them as one
-  compiled ``lax.scan`` call, as TPUEstimator's device-side loop does. Programs are compiled ahead
-  of time per input shape and counted (:attr:`JaxBackend.compilations`); device time is measured
-  to ``block_until_ready`` and compilation is not counted in it.
+  compiled call, a device-side loop whose trip count is a runtime value as in TPUEstimator: a
+  shorter final loop (padded to the same shape) runs the same program. Programs are compiled
+  ahead of time per input shape and counted (:attr:`JaxBackend.compilations`); device time is
+  measured to ``block_until_ready`` and compilation is not counted in it.
 - After every loop the devices compare their parameter copies bit for bit (``pmax``/``pmin`` of
   the bits); one copy comes back to the host for checkpoints and ``get_variable_value`` (all of
   them when the copies differ, so that the estimator's check names the replica and variable).
@@ -98,6 +99,7 @@ class JaxBackend:
         self._version = -1  # the store version the device copies were made from
         self._traces = 0
         self._step = None  # (global step, the same on the devices)
+        self._counts: dict = {}  # loop lengths on the devices
         self.last_compile_seconds = 0.0
 
     # -- parameters --------------------------------------------------------------------------------
@@ -221,11 +223,14 @@ class JaxBackend:
             self._step = (est.global_step,
                           jax.device_put(np.asarray(est.global_step, np.int32), self.replicated))
         step = self._step[1]
-        args = (params, slots, step, features, labels)
+        if n not in self._counts:
+            self._counts[n] = jax.device_put(np.asarray(n, np.int32), self.replicated)
+        args = (params, slots, step, self._counts[n], features, labels)
         fn = jax_step.make_train_loop(est.model_fn, est.store, est._model_params(ModeKeys.TRAIN),
                                       self._optimizer, self._on_trace)
         spec = PartitionSpec(jax_step.AXIS)
-        sm = _shard_map_fn(fn, self.mesh, in_specs=(spec, spec, PartitionSpec(), spec, spec),
+        sm = _shard_map_fn(fn, self.mesh, in_specs=(spec, spec, PartitionSpec(), PartitionSpec(),
+                                                    spec, spec),
                            out_specs=(spec, spec, PartitionSpec(), spec, PartitionSpec()))
         compiling = self.compile_seconds
         compiled = self._compile((ModeKeys.TRAIN, _signature(args)), sm, *args)
@@ -239,7 +244,7 @@ class JaxBackend:
         est.global_step += n
         self._step = (est.global_step, new_step)  # the next loop's step, already on the devices
         est._input_state = state
-        losses = np.asarray(jax.device_get(losses))
+        losses = np.asarray(jax.device_get(losses))[:, :n]
         return LoopReport(steps=n, device_seconds=device, wait_seconds=waited, records=records,
                           bytes=nbytes_, global_step=est.global_step, loss=float(losses.mean()))
 
@@ -251,6 +256,7 @@ class TrainLoops:
         self.backend = backend
         self.infeed = infeed
         loop = backend.est.config.tpu_config.iterations_per_loop
+        self.length = loop  # every stack has this many steps; a shorter loop is padded
         self.sizes = [loop] * (steps // loop) + ([steps % loop] if steps % loop else [])
         ahead = backend.est.config.tpu_config.infeed_queue_loops - 1  # loops stacked in advance
         self.queue: queue.Queue = queue.Queue(maxsize=max(1, ahead))
@@ -288,7 +294,8 @@ class TrainLoops:
                 if not steps:
                     self._put(None)
                     return
-                features, labels = stack_replicas(steps)
+                padding = [jax.tree_util.tree_map(np.zeros_like, steps[0])] * (self.length - len(steps))
+                features, labels = stack_replicas(steps + padding)  # the padding never runs
                 features = jax.device_put(features, self.backend.sharded)
                 labels = jax.device_put(labels, self.backend.sharded)
                 if not self._put((features, labels, len(steps), state, records, total_bytes)):

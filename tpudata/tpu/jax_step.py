@@ -165,12 +165,14 @@ def diverged(params: dict) -> dict:
 
 def make_train_loop(model_fn: Callable, store: VariableStore, model_params: dict,
                     optimizer: Optimizer, on_trace: Callable[[], None]) -> Callable:
-    """One replica's device loop: ``lax.scan`` of train steps over the stacked infeed.
+    """One replica's device loop: the first ``count`` of the stacked infeed's ``L`` steps.
 
     Arguments and results carry a leading replica axis of 1 (shard_map's block of the
-    ``[num_replicas, ...]`` arrays): ``(params, slots, step, features[1, L, ...], labels)`` ->
-    ``(params, slots, step + L, losses[1, L], diverged)``; ``step`` and ``diverged`` (per
-    parameter: do the replicas' copies differ in any bit?) are replicated.
+    ``[num_replicas, ...]`` arrays): ``(params, slots, step, count, features[1, L, ...],
+    labels)`` -> ``(params, slots, step + count, losses[1, L], diverged)``; ``step``, ``count``
+    and ``diverged`` (per parameter: do the replicas' copies differ in any bit?) are replicated.
+    ``count`` is a runtime value (a ``lax.fori_loop`` that lowers to a while loop, as
+    TPUEstimator's device loop), so a shorter final loop runs the same program.
     """
 
     def one_step(carry, batch):
@@ -187,11 +189,20 @@ def make_train_loop(model_fn: Callable, store: VariableStore, model_params: dict
         params, slots = apply_updates(optimizer, params, grads, slots, step)
         return (params, slots, step + 1), loss
 
-    def loop(params, slots, step, features, labels):
+    def loop(params, slots, step, count, features, labels):
         on_trace()
-        carry = (_squeeze(params), _squeeze(slots), step)
-        (params, slots, step), losses = jax.lax.scan(one_step, carry, (_squeeze(features),
-                                                                       _squeeze(labels)))
+        stacked = (_squeeze(features), _squeeze(labels))
+        length = jax.tree_util.tree_leaves(stacked)[0].shape[0]
+
+        def body(i, carry):
+            params, slots, step, losses = carry
+            batch = jax.tree_util.tree_map(
+                lambda a: jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False), stacked)
+            (params, slots, step), loss = one_step((params, slots, step), batch)
+            return params, slots, step, losses.at[i].set(loss)
+
+        carry = (_squeeze(params), _squeeze(slots), step, jnp.zeros((length,), jnp.float32))
+        params, slots, step, losses = jax.lax.fori_loop(0, count, body, carry)
         return _expand(params), _expand(slots), step, losses[None], diverged(params)
 
     return loop
