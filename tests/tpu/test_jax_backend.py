@@ -193,6 +193,15 @@ def test_tpu_rules_raise_the_same_errors(case):
     assert "TPU" in numpy_error[1]
 
 
+def test_jax_needs_static_shapes_even_without_tpu_rules():
+    def uneven(params):  # 22 rows in batches of 8: the last has 6
+        return Dataset.from_tensor_slices(({"x": X[:22]}, Y[:22])).batch(params["batch_size"])
+
+    estimator(backend="numpy", use_tpu=False, train_batch_size=8).train(uneven, steps=10)
+    with pytest.raises(StaticShapeError, match="has shape"):
+        estimator(use_tpu=False, train_batch_size=8, loop=4).train(uneven, steps=10)
+
+
 def test_batch_must_divide_across_replicas_on_both():
     for backend in ("numpy", "jax"):
         with pytest.raises(ValueError, match="divisible by the number of replicas 8"):

@@ -117,7 +117,7 @@ class TPUEstimator:
         return dict(self.params, batch_size=size)
 
     def _compile_check(self, mode: str, features, labels) -> None:
-        if not self.use_tpu:
+        if not self.use_tpu and self._jax is None:  # XLA compiles for static shapes on any device
             return
         sig = self.signature.get(mode)
         if sig is None:

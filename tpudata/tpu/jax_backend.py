@@ -55,17 +55,18 @@ def _signature(tree) -> tuple:
 
 
 def stack_replicas(steps: list) -> tuple:
-    """``steps[s][r] = (features, labels)`` -> ``(features, labels)`` with leaves
-    ``[replicas, len(steps), ...]``; or ``[replicas, ...]`` when ``steps`` is one step given as
-    a list of replica batches (``stack_replicas([batches])`` then drop axis 1)."""
-    first = steps[0][0]
-    treedef = jax.tree_util.tree_structure(first)
+    """``steps[s][r] = (features, labels)`` of replica r at step s -> one ``(features, labels)``
+    whose leaves are ``[replicas, len(steps), ...]`` (one copy of the data)."""
+    treedef = jax.tree_util.tree_structure(steps[0][0])
     flat = [[jax.tree_util.tree_leaves(batch) for batch in step] for step in steps]
-    n_leaves = len(flat[0][0])
     out = []
-    for i in range(n_leaves):
-        out.append(np.stack([np.stack([np.asarray(flat[s][r][i]) for s in range(len(steps))])
-                             for r in range(len(steps[0]))]))
+    for i, first in enumerate(flat[0][0]):
+        first = np.asarray(first)
+        buf = np.empty((len(steps[0]), len(steps)) + first.shape, first.dtype)
+        for s, step in enumerate(flat):
+            for r, leaves in enumerate(step):
+                buf[r, s] = leaves[i]
+        out.append(buf)
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
