@@ -167,3 +167,10 @@ def test_a_different_input_cannot_silently_take_the_saved_state(shards):
     assert "restore_input=False" in str(info.value)
     est = make("numpy", numpy_model(seen), d).train(other, max_steps=10, restore_input=False)
     assert est.global_step == 10
+    assert est.input_state is not None  # the new input's state is what the checkpoint holds now
+
+    def plain(params):  # an iterable of batches has no state to resume from
+        return [next(iter(other(params)))] * 100
+
+    with pytest.raises(ValueError, match="not a tpudata Dataset"):
+        make("numpy", numpy_model(seen), d).train(plain, max_steps=12)

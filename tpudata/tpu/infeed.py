@@ -33,6 +33,24 @@ def _split_element(element):
     return element, None
 
 
+def _open(h: int, src, state):
+    """Host h's iterator over ``src``, positioned at a checkpoint's ``state`` if given."""
+    if isinstance(src, Dataset):
+        try:
+            return src.iterator(state)
+        except Exception as exc:
+            raise ValueError(
+                f"host {h}: the checkpoint's input state does not fit the Dataset that input_fn "
+                f"returned ({type(exc).__name__}: {exc}); resume with the input_fn of the "
+                "checkpointed run, or train(..., restore_input=False) to start the input afresh"
+            ) from exc
+    if state is not None:
+        raise ValueError(f"the checkpoint holds an input state, but input_fn returned a "
+                         f"{type(src).__name__}, not a tpudata Dataset that can resume from it; "
+                         "use train(..., restore_input=False)")
+    return iter(src)
+
+
 def nbytes(structure) -> int:
     if structure is None:
         return 0
@@ -68,7 +86,7 @@ class LoopReport:
     wall_seconds: float = 0.0
     loops: int = field(default=1)
     global_step: int = 0  # the global step when the loop ended
-    loss: float = float("nan")  # mean training loss over the loop's steps
+    loss: float = float("nan")  # mean training loss over the loop's steps (a sum: the last loop's)
 
     @property
     def input_bound_percent(self) -> float:
@@ -122,24 +140,13 @@ class Infeed:
         if states is not None and len(states) != len(sources):
             raise ValueError(f"the checkpoint holds input state for {len(states)} hosts, the "
                              f"input has {len(sources)}: resume with the same TPUConfig.num_hosts")
-        for h, src in enumerate(sources):
-            state = states[h] if states is not None else None
-            if isinstance(src, Dataset):
-                try:
-                    it = src.iterator(state)
-                except Exception as exc:
-                    raise ValueError(
-                        f"host {h}: the checkpoint's input state does not fit the Dataset that "
-                        f"input_fn returned ({type(exc).__name__}: {exc}); resume with the input_fn "
-                        "of the checkpointed run, or train(..., restore_input=False) to start the "
-                        "input afresh") from exc
-            else:
-                if state is not None:
-                    raise ValueError("the checkpoint holds an input state, but input_fn returned "
-                                     f"a {type(src).__name__}, not a tpudata Dataset that can "
-                                     "resume from it")
-                it = iter(src)
-            self.iterators.append(it)
+        try:
+            for h, src in enumerate(sources):
+                self.iterators.append(_open(h, src, states[h] if states is not None else None))
+        except BaseException:
+            for it in self.iterators:  # stop what the hosts before started
+                getattr(it, "close", lambda: None)()
+            raise
         self.states = [it.get_state() if track_state and hasattr(it, "get_state") else None
                        for it in self.iterators]
         self.threads = [
