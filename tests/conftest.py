@@ -5,10 +5,15 @@ from __future__ import annotations
 import os
 import sys
 
-import fsspec
-import pytest
+# JAX tests run on 8 CPU devices: set before anything imports jax (importing tpudata never does)
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               " --xla_force_host_platform_device_count=8").strip()
 
-from tpudata import _accel
+import fsspec  # noqa: E402
+import pytest  # noqa: E402
+
+from tpudata import _accel  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 GOLDEN = os.path.join(DATA, "golden")

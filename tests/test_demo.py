@@ -27,3 +27,6 @@ def test_demo_runs(tmp_path):
                  for d, _, files in os.walk(tmp_path / "tensorboard") for n in files}
         assert names == {"events", os.path.join("eval", "events")}
     assert "image/class/synset" in out  # tpudata head over gs://
+    # the JAX backend (measured device time) whenever JAX is installed, else numpy
+    backend = "jax" if importlib.util.find_spec("jax") else "numpy"
+    assert f"infeed ({backend} backend)" in out and f"backend={backend}" in out

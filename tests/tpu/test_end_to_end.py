@@ -51,25 +51,29 @@ def eval_input_fn(params):
             .batch(params["batch_size"], pad_remainder=True).map(tpu.make_tpu_ready))
 
 
-def make_estimator(model_dir=None, use_tpu=True):
+def make_estimator(model_dir=None, use_tpu=True, backend="numpy"):
     config = tpu.RunConfig(model_dir=model_dir, save_checkpoints_steps=100,
                            tpu_config=tpu.TPUConfig(iterations_per_loop=10, num_shards=8))
     model_fn = tpu.models.softmax_regression(10, feature_key="x", label_key="y", learning_rate=0.5)
     return tpu.TPUEstimator(model_fn, config, use_tpu=use_tpu, train_batch_size=128,
-                            eval_batch_size=64, predict_batch_size=64)
+                            eval_batch_size=64, predict_batch_size=64, backend=backend)
 
 
-def test_digits_from_gcs_to_an_eight_replica_tpu(digits_on_gcs):
+@pytest.mark.parametrize("backend", ["numpy", "jax"])
+def test_digits_from_gcs_to_an_eight_replica_tpu(digits_on_gcs, backend):
+    if backend == "jax":
+        pytest.importorskip("jax")
     x_test, y_test = digits_on_gcs
     assert TFRecordDataset(tpudata.storage.glob(f"{BUCKET}/data/test-*")).cardinality() == len(y_test)
-    est = make_estimator(model_dir=f"{BUCKET}/model")
+    est = make_estimator(model_dir=f"{BUCKET}/model", backend=backend)
     est.train(train_input_fn, max_steps=300)
     assert est.latest_checkpoint() == "model.ckpt-00000300.npz"  # written to gs://
     result = est.evaluate(eval_input_fn)
     W, b = est.get_variable_value("softmax/W"), est.get_variable_value("softmax/b")
     direct = float(((x_test @ W + b).argmax(axis=1) == y_test).mean())
     assert result["examples"] == len(y_test)  # exact epoch: every held-out example once
-    assert result["accuracy"] == pytest.approx(direct, abs=1e-12)
+    # float32 on the devices may order a near-tie differently from numpy: at most one example
+    assert result["accuracy"] == pytest.approx(direct, abs=1.5 / len(y_test) if backend == "jax" else 1e-12)
     assert result["accuracy"] >= 0.93
     report = est.last_train_report
     assert report.steps == 300 and report.records == 300 * 128

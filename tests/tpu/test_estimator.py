@@ -281,3 +281,13 @@ def test_loss_ignores_padding_rows():
     assert not g_pad[2].any()
     with pytest.raises(ValueError, match="labels must be in"):
         models.softmax_cross_entropy(logits, [0, 1, -1])
+
+
+def test_numpy_backend_needs_no_jax():
+    import subprocess
+    import sys
+
+    code = ("import sys, tpudata, tpudata.tpu\n"
+            "from tpudata.tpu import models\n"
+            "assert not any(m == 'jax' or m.startswith('jax.') for m in sys.modules), 'jax imported'\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -51,3 +51,45 @@ def test_readme_model_fn_trains_and_evaluates():
     assert result["examples"] == 160 and result["accuracy"] > 0.8
     preds = list(est.predict(lambda p: Dataset.from_tensor_slices({"x": x[:50]}).batch(p["batch_size"])))
     assert len(preds) == 50
+
+
+def test_readme_jax_model_fn_trains_and_evaluates():
+    pytest = __import__("pytest")
+    pytest.importorskip("jax")
+    # --- README JAX example starts ---
+    import jax
+    import jax.numpy as jnp
+
+    def model_fn(features, labels, mode, params):              # the same contract, in jax.numpy
+        x = features["x"]
+        W = tpu.get_variable("W", (x.shape[1], 10), initializer=tpu.initializers.glorot_uniform)
+        b = tpu.get_variable("b", (10,), initializer=tpu.initializers.zeros)
+        logits = x @ W + b
+        if mode == tpu.ModeKeys.PREDICT:
+            return tpu.TPUEstimatorSpec(mode, predictions={"classes": logits.argmax(1)})
+        w = features.get("weight", jnp.ones(x.shape[0]))      # padding rows weigh 0 in eval
+        logp = jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], axis=1)[:, 0]
+        loss = -(w * logp).sum() / jnp.maximum(w.sum(), 1)
+        if mode == tpu.ModeKeys.EVAL:
+            def metric_fn(labels, classes, weights):            # on the host, numpy, all replicas
+                return {"accuracy": tpu.metrics.accuracy(labels, classes, weights)}
+            return tpu.TPUEstimatorSpec(mode, loss=loss,
+                                        eval_metrics=(metric_fn, [labels, logits.argmax(1), w]))
+        optimizer = tpu.CrossShardOptimizer(tpu.Momentum(0.1, momentum=0.9))  # lax.pmean
+        return tpu.TPUEstimatorSpec(mode, loss=loss, train_op=optimizer.minimize(loss))  # jax.grad
+    # --- README JAX example ends ---
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4160, 64)).astype(np.float32)
+    y = (x @ rng.standard_normal((64, 10))).argmax(1).astype(np.int32)
+    est = tpu.TPUEstimator(
+        model_fn,
+        config=tpu.RunConfig(tpu_config=tpu.TPUConfig(iterations_per_loop=10, num_shards=8)),
+        train_batch_size=128, eval_batch_size=64, predict_batch_size=64, backend="jax")
+    est.train(lambda p: Dataset.from_tensor_slices(({"x": x[:4000]}, y[:4000])).repeat().shuffle(4000)
+              .batch(p["batch_size"], drop_remainder=True), steps=200)
+    result = est.evaluate(lambda p: Dataset.from_tensor_slices(({"x": x[4000:]}, y[4000:])).batch(
+        p["batch_size"], pad_remainder=True))
+    assert result["examples"] == 160 and result["accuracy"] > 0.8
+    preds = list(est.predict(lambda p: Dataset.from_tensor_slices({"x": x[:50]}).batch(p["batch_size"])))
+    assert len(preds) == 50

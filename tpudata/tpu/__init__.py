@@ -1,6 +1,8 @@
-"""A compact numpy "TPU" with TPUEstimator's contract (replicated steps, infeed loops, TPU rules).
+"""TPUEstimator's contract (replicated steps, infeed loops, TPU rules, checkpoints with input
+state) on a compact numpy "TPU" or, with ``backend="jax"``, on JAX devices (the ``[jax]`` extra,
+imported only then).
 
-See README.md for a complete custom model_fn.
+See README.md for complete custom model_fns.
 """
 
 from tpudata.tpu import initializers, metrics, models, summaries

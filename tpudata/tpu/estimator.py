@@ -40,13 +40,22 @@ class TPUEstimator:
     are all-reduced by :class:`CrossShardOptimizer`, and inputs must have static shapes and
     TPU dtypes (float32/int32/...). ``use_tpu=False`` runs one replica on the global batch
     without those rules.
+
+    ``backend="numpy"`` (default) runs the replicas in numpy: model_fn returns its gradients.
+    ``backend="jax"`` runs them on ``jax.devices()[:num_shards]``: model_fn is written with
+    ``jax.numpy``, gradients come from ``jax.grad``, and each loop of ``iterations_per_loop`` steps
+    is one compiled call (see :mod:`tpudata.tpu.jax_backend`; needs the ``[jax]`` extra).
     """
 
     def __init__(self, model_fn: Callable, config: RunConfig | None = None, params: dict | None = None,
                  use_tpu: bool = True, train_batch_size: int | None = None,
                  eval_batch_size: int | None = None, predict_batch_size: int | None = None,
-                 optimizer: Optimizer | None = None, weight_key: str = "weight"):
+                 optimizer: Optimizer | None = None, weight_key: str = "weight",
+                 backend: str = "numpy"):
+        if backend not in ("numpy", "jax"):
+            raise ValueError(f"backend must be 'numpy' or 'jax', not {backend!r}")
         self.model_fn = model_fn
+        self.backend = backend
         self.config = config or RunConfig()
         self.params = dict(params or {})
         self.use_tpu = use_tpu
@@ -67,23 +76,32 @@ class TPUEstimator:
         self.signature: dict[str, Signature] = {}
         self.infeed_reports: list[LoopReport] = []
         self._restored_from: str | None = None
+        self._input_state: list | None = None  # per-host input state after the last step trained
+        self._jax = None
+        if backend == "jax":
+            from tpudata.tpu.jax_backend import JaxBackend
+
+            self._jax = JaxBackend(self)
 
     # -- inputs ----------------------------------------------------------------------------------
-    def _input(self, input_fn: Callable, mode: str, partial: bool = False) -> Infeed:
+    def _input(self, input_fn: Callable, mode: str, partial: bool = False,
+               states: list | None = None) -> Infeed:
         tpu = self.config.tpu_config
+        track = mode == ModeKeys.TRAIN and bool(self.config.model_dir)
         global_batch = self.batch_sizes[mode]
         if global_batch is None:
             raise ValueError(f"give TPUEstimator a {mode}_batch_size".replace("infer", "predict"))
         if not self.use_tpu:
             params = dict(self.params, batch_size=global_batch,
                           context=TPUContext(1, 1, 0, mode))
-            return Infeed([input_fn(params)], 1, False, tpu.iterations_per_loop, partial)
+            return Infeed([input_fn(params)], 1, False, tpu.iterations_per_loop, partial, states, track)
         deployment = tpu.per_host_input_for_training if mode == ModeKeys.TRAIN else \
             InputPipelineConfig.PER_HOST_V2
         if deployment == InputPipelineConfig.BROADCAST:
             params = dict(self.params, batch_size=global_batch,
                           context=TPUContext(self.num_replicas, tpu.num_hosts, 0, mode))
-            return Infeed([input_fn(params)], self.num_replicas, True, tpu.iterations_per_loop)
+            return Infeed([input_fn(params)], self.num_replicas, True, tpu.iterations_per_loop,
+                          False, states, track)
         sources = []
         for host in range(tpu.num_hosts):
             per_host = deployment == InputPipelineConfig.PER_HOST_V1
@@ -92,7 +110,7 @@ class TPUEstimator:
                           context=TPUContext(self.num_replicas, tpu.num_hosts, host, mode))
             sources.append(input_fn(params))
         return Infeed(sources, tpu.replicas_per_host, deployment == InputPipelineConfig.PER_HOST_V1,
-                      tpu.iterations_per_loop * tpu.infeed_queue_loops, partial)
+                      tpu.iterations_per_loop * tpu.infeed_queue_loops, partial, states, track)
 
     def _model_params(self, mode: str) -> dict:
         size = self.batch_sizes[mode]
@@ -101,7 +119,7 @@ class TPUEstimator:
         return dict(self.params, batch_size=size)
 
     def _compile_check(self, mode: str, features, labels) -> None:
-        if not self.use_tpu:
+        if not self.use_tpu and self._jax is None:  # XLA compiles for static shapes on any device
             return
         sig = self.signature.get(mode)
         if sig is None:
@@ -110,6 +128,8 @@ class TPUEstimator:
             sig.check(features, labels)
 
     def _run_replicas(self, mode: str, batches: list) -> list[TPUEstimatorSpec]:
+        if self._jax is not None:
+            return self._jax.run_replicas(mode, batches)
         params = self._model_params(mode)
         specs = []
         for r, (features, labels) in enumerate(batches):
@@ -159,11 +179,40 @@ class TPUEstimator:
             optimizer.apply(self.store.values[r], g, self.slots[r], self.global_step)
         return float(np.mean([float(s.loss) for s in specs]))
 
+    def _numpy_loop(self, infeed: Infeed, n: int) -> tuple[LoopReport, bool]:
+        """Up to ``n`` steps on the numpy replicas, one step at a time; ``(report, input ended)``."""
+        report = LoopReport()
+        loop_start = time.perf_counter()
+        losses = []
+        ended = False
+        for _ in range(n):
+            batches, waited = infeed.get_step()
+            report.wait_seconds += waited
+            if batches is None:
+                ended = True
+                break
+            t0 = time.perf_counter()
+            losses.append(self._apply(self._run_replicas(ModeKeys.TRAIN, batches)))
+            self._simulate_device(t0)
+            report.device_seconds += time.perf_counter() - t0
+            report.steps += 1
+            report.records += sum(rows(f) for f, _ in batches)
+            report.bytes += sum(nbytes(f) + nbytes(lab) for f, lab in batches)
+            self.global_step += 1
+            self._input_state = infeed.consumed_state
+        report.wall_seconds = time.perf_counter() - loop_start
+        report.global_step = self.global_step
+        report.loss = float(np.mean(losses)) if losses else float("nan")
+        return report, ended
+
     def train(self, input_fn: Callable, steps: int | None = None, max_steps: int | None = None,
-              hooks=None) -> "TPUEstimator":
+              hooks=None, restore_input: bool = True) -> "TPUEstimator":
         """Train for ``steps`` more steps or up to global step ``max_steps`` (or until the input
-        ends). Resumes from the latest checkpoint in ``model_dir``; checkpoints are written only
-        at loop boundaries, every ``save_checkpoints_steps`` and at the end."""
+        ends). Resumes from the latest checkpoint in ``model_dir``, variables and input: when the
+        checkpoint holds the input pipeline's state (a tpudata Dataset's, saved with every
+        checkpoint), the input continues after the last batch trained on (``restore_input=False``
+        starts it afresh). Checkpoints are written only at loop boundaries, every
+        ``save_checkpoints_steps`` and at the end."""
         if steps is None and max_steps is None:
             raise ValueError("train() needs steps or max_steps")
         if steps is not None and steps < 0:
@@ -176,44 +225,41 @@ class TPUEstimator:
         every = self.config.save_checkpoints_steps
         loop_size = self.config.tpu_config.iterations_per_loop
         self.signature.pop(ModeKeys.TRAIN, None)  # every call compiles a new program
-        infeed = self._input(input_fn, ModeKeys.TRAIN)
+        if not restore_input:
+            self._input_state = None
+        if self._input_state is not None:
+            logger.info("input resumes where step %d left it", self.global_step)
+        infeed = self._input(input_fn, ModeKeys.TRAIN, states=self._input_state)
+        loops = None  # the JAX backend's loop stacker
         total = LoopReport(loops=0)
         recorder = self._recorder = summaries.for_training(self.config.model_dir,
                                                            self.config.save_summary_steps)
         try:
+            if self._jax is not None:
+                loops = self._jax.train_loops(infeed, target - self.global_step)
             ended = False
             while self.global_step < target and not ended:
-                report, start_step = LoopReport(), self.global_step
-                loop_start = time.perf_counter()
-                losses = []
-                for _ in range(min(loop_size, target - self.global_step)):
-                    batches, waited = infeed.get_step()
-                    report.wait_seconds += waited
-                    if batches is None:
-                        ended = True
-                        break
-                    t0 = time.perf_counter()
-                    losses.append(self._apply(self._run_replicas(ModeKeys.TRAIN, batches)))
-                    self._simulate_device(t0)
-                    report.device_seconds += time.perf_counter() - t0
-                    report.steps += 1
-                    report.records += sum(rows(f) for f, _ in batches)
-                    report.bytes += sum(nbytes(f) + nbytes(lab) for f, lab in batches)
-                    self.global_step += 1
-                report.wall_seconds = time.perf_counter() - loop_start
+                start_step = self.global_step
+                n = min(loop_size, target - self.global_step)
+                if loops is not None:
+                    report, ended = loops.run_loop(n)
+                else:
+                    report, ended = self._numpy_loop(infeed, n)
                 # back on the host: replicas must agree, then log and checkpoint
                 self.store.check_identical()
                 if report.steps:
                     total = total + report
                     self.infeed_reports.append(report)
                     logger.info("step %d: loss %.5f; infeed %s", self.global_step,
-                                float(np.mean(losses)), report.summary())
+                                report.loss, report.summary())
                 if every and self.global_step // every > start_step // every:
                     self.save_checkpoint()
                 recorder.on_loop(self.global_step, report, start_step)
                 if ended:
                     logger.warning("input ended at global step %d, before %d", self.global_step, target)
         finally:
+            if loops is not None:
+                loops.close()
             infeed.close()
             self._recorder = None
             recorder.close()
@@ -340,6 +386,8 @@ class TPUEstimator:
         arrays = {f"var/{k}": v for k, v in self.store.values[0].items()}
         arrays.update({f"slot/{k}": v for k, v in self.slots[0].items()})
         arrays["global_step"] = np.array(self.global_step, dtype=np.int64)
+        if self._input_state is not None:  # where the input continues (per host)
+            arrays["input_state"] = np.array(json.dumps(self._input_state))
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         with storage.open_atomic(self._ckpt_url(name)) as f:
@@ -365,10 +413,18 @@ class TPUEstimator:
             variables = {k[4:]: data[k] for k in data.files if k.startswith("var/")}
             slots = {k[5:]: data[k] for k in data.files if k.startswith("slot/")}
             self.global_step = int(data["global_step"])
+            self._input_state = (json.loads(str(data["input_state"])) if "input_state" in data.files
+                                 else None)
         self.store.load(variables)
         self.slots = [{k: v.copy() for k, v in slots.items()} for _ in range(self.num_replicas)]
         self._restored_from = name
         logger.info("restored %s (global step %d)", self._ckpt_url(name), self.global_step)
+
+    @property
+    def input_state(self) -> list | None:
+        """Per-host state of the training input after the last step trained (what checkpoints
+        save); None when the input is not a tpudata Dataset or nothing was trained."""
+        return self._input_state
 
     def get_variable_value(self, name: str) -> np.ndarray:
         return self.store.values[0][name].copy()

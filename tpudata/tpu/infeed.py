@@ -33,6 +33,24 @@ def _split_element(element):
     return element, None
 
 
+def _open(h: int, src, state):
+    """Host h's iterator over ``src``, positioned at a checkpoint's ``state`` if given."""
+    if isinstance(src, Dataset):
+        try:
+            return src.iterator(state)
+        except Exception as exc:
+            raise ValueError(
+                f"host {h}: the checkpoint's input state does not fit the Dataset that input_fn "
+                f"returned ({type(exc).__name__}: {exc}); resume with the input_fn of the "
+                "checkpointed run, or train(..., restore_input=False) to start the input afresh"
+            ) from exc
+    if state is not None:
+        raise ValueError(f"the checkpoint holds an input state, but input_fn returned a "
+                         f"{type(src).__name__}, not a tpudata Dataset that can resume from it; "
+                         "use train(..., restore_input=False)")
+    return iter(src)
+
+
 def nbytes(structure) -> int:
     if structure is None:
         return 0
@@ -53,7 +71,12 @@ def rows(structure) -> int:
 
 @dataclass
 class LoopReport:
-    """Timing of one device loop (or a whole run): was training waiting for input?"""
+    """Timing of one device loop (or a whole run): was training waiting for input?
+
+    Both backends fill it the same way: ``device_seconds`` is how long the device computed (the
+    numpy replicas, or a JAX loop timed to ``block_until_ready``), ``wait_seconds`` how long the
+    device side waited for the infeed.
+    """
 
     steps: int = 0
     device_seconds: float = 0.0
@@ -62,6 +85,8 @@ class LoopReport:
     bytes: int = 0
     wall_seconds: float = 0.0
     loops: int = field(default=1)
+    global_step: int = 0  # the global step when the loop ended
+    loss: float = float("nan")  # mean training loss over the loop's steps (a sum: the last loop's)
 
     @property
     def input_bound_percent(self) -> float:
@@ -80,7 +105,8 @@ class LoopReport:
         return LoopReport(self.steps + other.steps, self.device_seconds + other.device_seconds,
                           self.wait_seconds + other.wait_seconds, self.records + other.records,
                           self.bytes + other.bytes, self.wall_seconds + other.wall_seconds,
-                          self.loops + other.loops)
+                          self.loops + other.loops, max(self.global_step, other.global_step),
+                          other.loss if other.steps else self.loss)
 
     def summary(self) -> str:
         return (f"{self.steps} steps: device {self.device_seconds:.3f} s, waiting for infeed "
@@ -94,19 +120,35 @@ class Infeed:
     ``sources[h]`` is host h's input (a Dataset or an iterable of batches). With ``split`` > 1
     each source batch is divided into that many replica batches (PER_HOST_V1 / BROADCAST);
     otherwise each replica takes the next batch (PER_HOST_V2).
+
+    ``states[h]`` (from a checkpoint) positions host h's Dataset iterator. With ``track_state``
+    each queued step carries its host's iterator state after the step's batches, and
+    :attr:`consumed_state` is the state after the last step handed out by :meth:`get_step` (not
+    what the threads read ahead).
     """
 
     def __init__(self, sources: list, replicas_per_source: int, split: bool, max_steps: int,
-                 partial_final_step: bool = False):
+                 partial_final_step: bool = False, states: list | None = None,
+                 track_state: bool = False):
         self.replicas_per_source = replicas_per_source
         self.split = split
         self.partial = partial_final_step
+        self.track_state = track_state
         self.queues = [queue.Queue(maxsize=max(1, max_steps)) for _ in sources]
         self.stop = threading.Event()
         self.iterators = []
-        for src in sources:
-            it = src.iterator() if isinstance(src, Dataset) else iter(src)
-            self.iterators.append(it)
+        if states is not None and len(states) != len(sources):
+            raise ValueError(f"the checkpoint holds input state for {len(states)} hosts, the "
+                             f"input has {len(sources)}: resume with the same TPUConfig.num_hosts")
+        try:
+            for h, src in enumerate(sources):
+                self.iterators.append(_open(h, src, states[h] if states is not None else None))
+        except BaseException:
+            for it in self.iterators:  # stop what the hosts before started
+                getattr(it, "close", lambda: None)()
+            raise
+        self.states = [it.get_state() if track_state and hasattr(it, "get_state") else None
+                       for it in self.iterators]
         self.threads = [
             threading.Thread(target=self._run, args=(h,), name=f"tpudata-infeed-{h}", daemon=True)
             for h in range(len(sources))
@@ -143,13 +185,14 @@ class Infeed:
                         step.append(_split_element(element))
                     if len(step) < self.replicas_per_source:
                         if step and self.partial:
-                            self._put(h, step)
+                            self._put(h, (step, None))
                         elif step:
                             logger.warning("host %d: the input ended in the middle of a step (%d of %d "
                                            "replica batches); dropping it", h, len(step),
                                            self.replicas_per_source)
                         break
-                if not self._put(h, step):
+                state = it.get_state() if self.track_state and hasattr(it, "get_state") else None
+                if not self._put(h, (step, state)):
                     return
             self._put(h, _END)
         except BaseException as exc:  # surfaces in the device loop
@@ -160,26 +203,39 @@ class Infeed:
         t0 = time.perf_counter()
         step = []
         ended = False
-        for q in self.queues:
+        states = list(self.states)
+        for h, q in enumerate(self.queues):
             item = q.get()
             if isinstance(item, BaseException):
                 raise item
             if item is _END:
                 ended = True
                 continue
-            step.extend(item)
+            step.extend(item[0])
+            states[h] = item[1]
         waited = time.perf_counter() - t0
         if ended and not (self.partial and step):
             if step:
                 logger.warning("some hosts ran out of input before others; use the same number of "
                                "batches on every host (batch(..., num_batches=...))")
             return None, waited
+        self.states = states
         return step, waited
+
+    @property
+    def consumed_state(self) -> list | None:
+        """Per-host input state after the last step handed out; None for plain iterables."""
+        return None if any(s is None for s in self.states) else list(self.states)
 
     def close(self) -> None:
         self.stop.set()
         for t in self.threads:
             t.join()
+        for q in self.queues:  # wake a consumer blocked in get_step (another thread's)
+            try:
+                q.put_nowait(_END)
+            except queue.Full:
+                pass
         for it in self.iterators:
             close = getattr(it, "close", None)
             if close is not None:

@@ -1,6 +1,8 @@
 """Built-in numpy models with analytic gradients: softmax regression and a one-hidden-layer MLP.
 
-Both are ready-made model_fns for TPUEstimator, and examples of the gradient convention:
+Both are ready-made model_fns for TPUEstimator on either backend (under ``backend="jax"`` they run
+their :mod:`tpudata.tpu.jax_models` twins, with gradients from ``jax.grad``), and examples of the
+numpy backend's gradient convention:
 ``model_fn`` reads variables with :func:`get_variable`, computes the loss and the gradient of the
 loss for each variable it used, and returns ``optimizer.minimize(loss, gradients)``.
 """
@@ -14,7 +16,7 @@ import numpy as np
 from tpudata.tpu import metrics
 from tpudata.tpu.optimizers import SGD, CrossShardOptimizer, Optimizer
 from tpudata.tpu.spec import ModeKeys, TPUEstimatorSpec
-from tpudata.tpu.variables import get_variable, glorot_uniform, zeros
+from tpudata.tpu.variables import current_backend, get_variable, glorot_uniform, zeros
 
 
 def softmax_cross_entropy(logits: np.ndarray, labels: np.ndarray, weights=None):
@@ -76,6 +78,11 @@ def softmax_regression(num_classes: int, feature_key: str = "x", label_key: str 
     opt = _default_optimizer(optimizer, learning_rate)
 
     def model_fn(features, labels, mode, params):
+        if current_backend() == "jax":
+            from tpudata.tpu import jax_models
+
+            return jax_models.softmax_regression(features, labels, mode, num_classes, feature_key,
+                                                 label_key, opt)
         x, labels, weights = _inputs(features, labels, feature_key, label_key)
         W = get_variable("softmax/W", (x.shape[1], num_classes), np.float32, glorot_uniform)
         b = get_variable("softmax/b", (num_classes,), np.float32, zeros)
@@ -95,6 +102,11 @@ def mlp(hidden_units: int, num_classes: int, feature_key: str = "x", label_key: 
     opt = _default_optimizer(optimizer, learning_rate)
 
     def model_fn(features, labels, mode, params):
+        if current_backend() == "jax":
+            from tpudata.tpu import jax_models
+
+            return jax_models.mlp(features, labels, mode, hidden_units, num_classes, feature_key,
+                                  label_key, opt)
         x, labels, weights = _inputs(features, labels, feature_key, label_key)
         W1 = get_variable("mlp/W1", (x.shape[1], hidden_units), np.float32, glorot_uniform)
         b1 = get_variable("mlp/b1", (hidden_units,), np.float32, zeros)

@@ -15,17 +15,27 @@ import numpy as np
 
 @dataclass
 class TrainOp:
-    """What ``optimizer.minimize`` returns: the gradients to apply with that optimizer."""
+    """What ``optimizer.minimize`` returns: the gradients to apply with that optimizer (None
+    under the JAX backend, which takes them from ``jax.grad`` of the loss)."""
 
     optimizer: "Optimizer"
-    loss: float
-    gradients: dict
+    loss: object
+    gradients: dict | None
 
 
 class Optimizer:
     """Applies gradients to one replica's variables; ``slots`` is that replica's state."""
 
-    def minimize(self, loss, gradients: dict) -> TrainOp:
+    def minimize(self, loss, gradients: dict | None = None) -> TrainOp:
+        """``minimize(loss, {name: gradient})`` on the numpy backend; ``minimize(loss)`` under
+        ``backend="jax"``, where gradients come from ``jax.grad``."""
+        from tpudata.tpu.variables import current_backend
+
+        if current_backend() == "jax":  # the backend refuses hand-made gradients itself
+            return TrainOp(self, loss, gradients)
+        if gradients is None:
+            raise ValueError("minimize() needs {variable name: gradient} for the variables "
+                             "used: the numpy backend has no autodiff (backend='jax' has)")
         if not isinstance(gradients, dict) or not gradients:
             raise ValueError("minimize() needs {variable name: gradient} for the variables used")
         return TrainOp(self, float(loss), gradients)

@@ -48,6 +48,25 @@ def random_normal(stddev: float = 0.05) -> Callable:
     return init
 
 
+@contextlib.contextmanager
+def scope(variables, index: int = 0):
+    """Make ``variables`` what get_variable reads: a VariableStore (replica ``index``) or an
+    object with ``lookup(name, shape, dtype, initializer)`` (the JAX backend's traced params)."""
+    token = _current.set((variables, index))
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def current_backend() -> str | None:
+    """"numpy" or "jax" inside a model_fn run by TPUEstimator, else None."""
+    current = _current.get()
+    if current is None:
+        return None
+    return "jax" if hasattr(current[0], "lookup") else "numpy"
+
+
 class VariableStore:
     """Per-replica copies of every variable (identical unless something is wrong)."""
 
@@ -56,14 +75,10 @@ class VariableStore:
         self.seed = seed
         self.values: list[dict[str, np.ndarray]] = [{} for _ in range(num_replicas)]
         self.frozen = False  # no new variables after the first step ("compiled")
+        self.version = 0  # bumped whenever values change outside a step (create, load)
 
-    @contextlib.contextmanager
     def replica(self, index: int):
-        token = _current.set((self, index))
-        try:
-            yield
-        finally:
-            _current.reset(token)
+        return scope(self, index)
 
     def create(self, name: str, shape, dtype, initializer) -> None:
         rng = np.random.default_rng([self.seed, zlib.crc32(name.encode())])
@@ -72,6 +87,7 @@ class VariableStore:
             raise ValueError(f"initializer of {name!r} gave shape {value.shape}, not {tuple(shape)}")
         for r in range(self.num_replicas):  # broadcast the initial value to every replica
             self.values[r][name] = value.copy()
+        self.version += 1
 
     def names(self) -> list[str]:
         return sorted(self.values[0])
@@ -82,6 +98,7 @@ class VariableStore:
     def load(self, values: dict) -> None:
         for r in range(self.num_replicas):
             self.values[r] = {k: np.array(v) for k, v in values.items()}
+        self.version += 1
 
     def check_identical(self) -> None:
         """Replicas must hold bit-identical variables (the all-reduce keeps them so)."""
@@ -97,12 +114,15 @@ def get_variable(name: str, shape=None, dtype=np.float32, initializer: Callable 
     """This replica's value of variable ``name`` (created with ``initializer`` on first use).
 
     Only inside a model_fn that TPUEstimator runs. The array is read-only: return gradients and
-    let the optimizer update it.
+    let the optimizer update it. Under ``backend="jax"`` it is the traced value of the parameter
+    (gradients then come from ``jax.grad``).
     """
     current = _current.get()
     if current is None:
         raise RuntimeError("get_variable() works inside a model_fn run by TPUEstimator")
     store, replica = current
+    if hasattr(store, "lookup"):
+        return store.lookup(name, shape, dtype, initializer)
     values = store.values[replica]
     if name not in values:
         if store.frozen:
