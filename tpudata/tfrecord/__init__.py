@@ -16,13 +16,17 @@ from tpudata.tfrecord.reader import (
     read_record_batches,
     read_records,
 )
+from tpudata.tfrecord.ranges import RangeReader
+from tpudata.tfrecord.source import TFRecordSource
 from tpudata.tfrecord.writer import TFRecordWriter, write_records
 
 __all__ = [
     "DEFAULT_BUFFER_SIZE",
     "IndexedTFRecordFile",
+    "RangeReader",
     "RecordBatch",
     "TFRecordFileReader",
+    "TFRecordSource",
     "TFRecordWriter",
     "build_index",
     "crc32c",
