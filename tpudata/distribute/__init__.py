@@ -11,6 +11,7 @@ from tpudata.distribute.counts import (
     records_per_split,
     resolve_split,
 )
+from tpudata.distribute.pipeline import split_batches, split_mode
 from tpudata.distribute.permutation import IndexPermutation, derive_seed
 from tpudata.distribute.sampler import PAD, IndexSampler
 
@@ -27,4 +28,6 @@ __all__ = [
     "records_batch",
     "records_per_split",
     "resolve_split",
+    "split_batches",
+    "split_mode",
 ]

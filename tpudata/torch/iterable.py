@@ -20,7 +20,8 @@ import torch.utils.data
 
 from tpudata import storage
 from tpudata.distribute.batches import SourceBatches
-from tpudata.distribute.counts import equal_num_batches, file_record_counts, resolve_split
+from tpudata.distribute.counts import equal_num_batches, file_record_counts
+from tpudata.distribute.pipeline import split_batches, split_mode
 from tpudata.torch.split import Split, current_split, rank_and_world
 
 logger = logging.getLogger(__name__)
@@ -143,37 +144,18 @@ class TFRecordIterable(_SplitIterable):
         if len(self.counts) != len(self.files):
             raise ValueError(f"counts: {len(self.counts)} numbers for {len(self.files)} files")
         if num_workers is not None:
-            self._mode(self._readers())  # fail early on a split that cannot work
-
-    def _mode(self, readers: int) -> str:
-        mode = resolve_split(self.split, len(self.files), readers)
-        if mode == "files" and len(self.files) % readers:
-            raise ValueError(
-                f"{len(self.files)} files cannot be split evenly over {readers} readers "
-                f"({self.world_size} rank(s) x DataLoader workers): use split='records' (or "
-                f"'auto'), or a number of workers that divides the files")
-        return mode
+            split_mode(split, len(self.files), self._readers())  # fail early if it cannot work
 
     def batches_per_reader(self, readers: int | None = None) -> int:
         readers = readers or self._readers()
-        return equal_num_batches(self.counts, self.batch_size, readers, self._mode(readers))
+        return equal_num_batches(self.counts, self.batch_size, readers,
+                                 split_mode(self.split, len(self.files), readers))
 
     def _open(self, split: Split, state):
-        from tpudata.dataset import TFRecordDataset  # noqa: PLC0415
-
-        mode = self._mode(split.count)
-        if mode == "files":
-            ds = TFRecordDataset(self.files[split.index :: split.count], **self.storage_options)
-        else:
-            ds = TFRecordDataset(self.files, **self.storage_options).shard(split.count, split.index)
-        ds = self.pipeline(ds, split) if self.pipeline is not None else ds.map(_record_dict)
-        ds = ds.batch(self.batch_size, pad_remainder=True, mask_key=self.mask_key,
-                      num_batches=self.batches_per_reader(split.count))
+        ds = split_batches(self.files, self.counts, self.batch_size, split.index, split.count,
+                           pipeline=self.pipeline, split=self.split, mask_key=self.mask_key,
+                           context=split, **self.storage_options)
         return ds.iterator(state)
-
-
-def _record_dict(record):
-    return {"record": record}
 
 
 class SourceIterable(_SplitIterable):
