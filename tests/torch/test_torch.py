@@ -54,6 +54,24 @@ def test_from_numpy_without_a_copy():
     arr[0] = 42.0
     assert t[0].item() == 42.0
     assert to_torch(np.array([b"a", b"bc"], dtype=object)) == [b"a", b"bc"]
+    with pytest.raises(ValueError, match="bytes_as"):
+        to_torch(arr, "bytes")
+
+
+def test_byte_strings_cross_from_workers_in_shared_memory(tmp_path):
+    from tpudata.torch import ByteStrings
+
+    files, n = make_shards(str(tmp_path))
+    ds = SourceIterable(TFRecordSource(files, progress=False), 8, num_workers=2, rank=0,
+                        world_size=1, bytes_as="tensor", shuffle=False)
+    batches = list(DataLoader(ds, batch_size=None, num_workers=2,
+                              multiprocessing_context="forkserver"))
+    got = [r for b in batches for r, w in zip(b["record"], b["weight"].tolist()) if w]
+    src = TFRecordSource(files, progress=False)
+    assert sorted(got) == sorted(src[i] for i in range(n))
+    strings = batches[0]["record"]
+    assert isinstance(strings, ByteStrings) and strings.values.is_shared()
+    assert bytes(strings.tensor(1).numpy()) == strings[1] and strings.values.dtype == torch.uint8
 
 
 def test_epochs_reshuffle_and_len_is_known(tmp_path):

@@ -6,11 +6,13 @@
 - :class:`MapDataset`: map-style wrapper of a random-access source (batched ``__getitems__``).
 """
 
-from tpudata.torch.iterable import SourceIterable, TFRecordIterable, to_torch
+from tpudata.torch.iterable import SourceIterable, TFRecordIterable
 from tpudata.torch.mapstyle import MapDataset, collate_batch
 from tpudata.torch.split import Split, rank_and_world
+from tpudata.torch.tensors import ByteStrings, to_torch
 
 __all__ = [
+    "ByteStrings",
     "MapDataset",
     "SourceIterable",
     "Split",

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from typing import Callable, Iterable, Iterator
 
-import numpy as np
 import torch
 import torch.utils.data
 
@@ -23,30 +22,19 @@ from tpudata.distribute.batches import SourceBatches
 from tpudata.distribute.counts import equal_num_batches, file_record_counts
 from tpudata.distribute.pipeline import split_batches, split_mode
 from tpudata.torch.split import Split, current_split, rank_and_world
+from tpudata.torch.tensors import BYTES_AS, to_torch
 
 logger = logging.getLogger(__name__)
-
-
-def to_torch(batch):
-    """numpy arrays -> tensors without a copy (``torch.from_numpy``); byte strings -> lists."""
-    if isinstance(batch, dict):
-        return {k: to_torch(v) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_torch(v) for v in batch)
-    if isinstance(batch, np.ndarray):
-        if batch.dtype == object or batch.dtype.kind in "SUV":
-            return batch.tolist()
-        if not batch.flags.writeable:  # torch wants writable memory; copy only then
-            batch = batch.copy()
-        return torch.from_numpy(batch)
-    return batch
 
 
 class _SplitIterable(torch.utils.data.IterableDataset):
     """Shared machinery: the split, epochs, tensors and the resumable state."""
 
     def __init__(self, batch_size: int, num_workers: int | None, rank: int | None,
-                 world_size: int | None, mask_key: str):
+                 world_size: int | None, mask_key: str, bytes_as: str):
+        if bytes_as not in BYTES_AS:
+            raise ValueError(f"bytes_as must be one of {BYTES_AS}, not {bytes_as!r}")
+        self.bytes_as = bytes_as
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, not {batch_size}")
         self.batch_size = int(batch_size)
@@ -92,7 +80,7 @@ class _SplitIterable(torch.utils.data.IterableDataset):
         it = self._it = self._open(split, None if pending is None else pending["state"])
         try:
             for batch in it:
-                yield to_torch(batch)
+                yield to_torch(batch, self.bytes_as)
         finally:
             close = getattr(it, "close", None)
             if close is not None:
@@ -131,8 +119,9 @@ class TFRecordIterable(_SplitIterable):
                  pipeline: Callable | None = None, split: str = "auto",
                  num_workers: int | None = None, rank: int | None = None,
                  world_size: int | None = None, mask_key: str = "weight",
-                 counts: list[int] | None = None, progress: bool = True, **storage_options):
-        super().__init__(batch_size, num_workers, rank, world_size, mask_key)
+                 counts: list[int] | None = None, progress: bool = True, bytes_as: str = "list",
+                 **storage_options):
+        super().__init__(batch_size, num_workers, rank, world_size, mask_key, bytes_as)
         self.files = storage.expand(files, **storage_options) if isinstance(files, str) else list(files)
         if not self.files:
             raise FileNotFoundError(f"no files match {files!r}")
@@ -169,8 +158,8 @@ class SourceIterable(_SplitIterable):
     def __init__(self, source, batch_size: int, *, transform: Callable | None = None,
                  seed: int = 0, shuffle: bool = True, num_workers: int | None = None,
                  rank: int | None = None, world_size: int | None = None,
-                 mask_key: str = "weight"):
-        super().__init__(batch_size, num_workers, rank, world_size, mask_key)
+                 mask_key: str = "weight", bytes_as: str = "list"):
+        super().__init__(batch_size, num_workers, rank, world_size, mask_key, bytes_as)
         self.source = source
         self.transform = transform
         self.seed = seed
@@ -189,4 +178,4 @@ class SourceIterable(_SplitIterable):
         return it
 
 
-__all__ = ["SourceIterable", "TFRecordIterable", "to_torch"]
+__all__ = ["SourceIterable", "TFRecordIterable"]

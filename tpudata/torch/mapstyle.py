@@ -51,7 +51,7 @@ class _Batch:
 
 def collate_batch(items):
     """collate_fn for :class:`MapDataset`: whole batches become tensors; lists collate as usual."""
-    from tpudata.torch.iterable import to_torch  # noqa: PLC0415
+    from tpudata.torch.tensors import to_torch  # noqa: PLC0415
 
     if isinstance(items, _Batch):
         return to_torch(items.value)
