@@ -29,7 +29,7 @@ $(FSTAMP): pyproject.toml setup.py tpudata/_native.c | $(STAMP)
 	@touch $@
 
 test-frameworks: $(FSTAMP)
-	$(BIN)/python -m pytest -q tests/torch tests/jax tests/test_source.py tpudata/torch tpudata/jax
+	$(BIN)/python -m pytest -q tests/torch tests/jax tests/source tpudata/torch tpudata/jax
 
 demo: $(STAMP)
 	$(BIN)/python tools/demo.py

@@ -188,7 +188,7 @@ def start_fake_gcs() -> tuple[subprocess.Popen, str]:
 
 
 def bench_random_access(files_b: list[str], files_a: list[str], seconds: float, gcs: bool) -> None:
-    from tpudata.tfrecord import TFRecordSource  # noqa: PLC0415
+    from tpudata.source import TFRecordSource  # noqa: PLC0415
 
     print("\nTFRecordSource random access (CRC checked), reads/s")
     for name, files, batch in (("B (105 B)", files_b, 1024), ("A (~110 KB)", files_a, 32)):

@@ -49,11 +49,11 @@ from tpudata.shards import (
     verify_manifest,
     write_shards,
 )
+from tpudata.source import TFRecordSource
 from tpudata.tfrecord import (
     IndexedTFRecordFile,
     RecordBatch,
     TFRecordFileReader,
-    TFRecordSource,
     TFRecordWriter,
     build_index,
     read_index,

@@ -21,7 +21,8 @@ from tpudata.distribute import (
     file_record_counts,
     records_per_split,
 )
-from tpudata.tfrecord import TFRecordSource, write_records
+from tpudata.source import TFRecordSource
+from tpudata.tfrecord import write_records
 
 
 @settings(max_examples=60, deadline=None)

@@ -18,7 +18,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 
 import tpudata.jax as tj  # noqa: E402
 from tests.torch.helpers import SPEC, make_shards  # noqa: E402
-from tpudata.tfrecord import TFRecordSource  # noqa: E402
+from tpudata.source import TFRecordSource  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -23,7 +23,7 @@ from tests.torch.helpers import (  # noqa: E402
     parse_records,
     shuffle_pipeline,
 )
-from tpudata.tfrecord import TFRecordSource  # noqa: E402
+from tpudata.source import TFRecordSource  # noqa: E402
 from tpudata.torch import MapDataset, SourceIterable, TFRecordIterable, collate_batch  # noqa: E402
 
 

@@ -1,6 +1,7 @@
 """Batches from a random-access source in a globally shuffled order, with (epoch, position) state.
 
->>> from tpudata.tfrecord import write_records, TFRecordSource
+>>> from tpudata.tfrecord import write_records
+>>> from tpudata.source import TFRecordSource
 >>> _ = write_records("memory://doc/gb.tfrecord", [b"a", b"b", b"c"])
 >>> src = TFRecordSource(["memory://doc/gb.tfrecord"], progress=False)
 >>> it = SourceBatches(src, 2, shuffle=False)

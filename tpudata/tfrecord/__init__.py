@@ -17,7 +17,6 @@ from tpudata.tfrecord.reader import (
     read_records,
 )
 from tpudata.tfrecord.ranges import RangeReader
-from tpudata.tfrecord.source import TFRecordSource
 from tpudata.tfrecord.writer import TFRecordWriter, write_records
 
 __all__ = [
@@ -26,7 +25,6 @@ __all__ = [
     "RangeReader",
     "RecordBatch",
     "TFRecordFileReader",
-    "TFRecordSource",
     "TFRecordWriter",
     "build_index",
     "crc32c",

@@ -103,7 +103,7 @@ class IndexedTFRecordFile:
 
     Reads are positionless byte-range reads, so any number of threads may share one object;
     it pickles without open handles. For many files, ``len`` from manifests and batched
-    reads, use :class:`tpudata.tfrecord.source.TFRecordSource`.
+    reads, use :class:`tpudata.source.TFRecordSource`.
 
     >>> f = IndexedTFRecordFile("memory://doc/i.tfrecord")
     >>> len(f), f[0], f[-1]

@@ -32,6 +32,7 @@ import numpy as np
 
 from tpudata import storage
 from tpudata.errors import CorruptRecordError, DataLossError, TruncatedRecordError
+from tpudata.shards.manifest import record_counts
 from tpudata.tfrecord import framing
 from tpudata.tfrecord.index import build_index, read_index, write_index
 from tpudata.tfrecord.ranges import RangeReader
@@ -44,8 +45,6 @@ DEFAULT_MAX_GAP = 64 << 10
 
 
 def _manifest_counts(files: list[str], storage_options) -> list[int] | None:
-    from tpudata.shards.manifest import record_counts  # noqa: PLC0415 - optional knowledge
-
     try:
         return record_counts(files, **storage_options)
     except (OSError, ValueError) as exc:  # pragma: no cover - unreadable manifest: scan instead

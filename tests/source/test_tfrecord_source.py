@@ -14,7 +14,8 @@ import pytest
 import tpudata
 from tpudata import storage
 from tpudata.errors import CorruptRecordError, DataLossError, TruncatedRecordError
-from tpudata.tfrecord import IndexedTFRecordFile, TFRecordSource, build_index, write_records
+from tpudata.source import TFRecordSource
+from tpudata.tfrecord import IndexedTFRecordFile, build_index, write_records
 
 from fake_gcs.pytest_plugin import fake_gcs_server  # noqa: F401  (fixture)
 
