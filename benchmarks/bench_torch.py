@@ -9,7 +9,8 @@ Peers: ``tfrecord.torch.dataset.TFRecordDataset`` (one per shard, chained, each 
 workers through its index) and ``MultiTFRecordDataset`` (all shards, ``infinite=False``), in a
 ``DataLoader(batch_size=B, num_workers=2)``; tfrecord does not check CRCs, tpudata does.
 tpudata: ``TFRecordIterable(files, B, pipeline=parse, num_workers=2)`` in
-``DataLoader(batch_size=None, num_workers=2)``. All use the fork start method (Linux's default),
+``DataLoader(batch_size=None, num_workers=2)``; and, for reference, the same in the main process
+(``num_workers=0``: no inter-process copies). All worker processes use the fork start method (Linux's default),
 one warm-up epoch each, best of --repeat epochs (worker start-up included). Besides wall-clock
 records/s it prints records per CPU-second (main process + joined workers): on a shared machine
 that is the steadier comparison. Never run this in a
@@ -129,6 +130,12 @@ def bench_loader(workload: str, files: list[str], repeat: int) -> None:
         lambda DL: DL(tt.TFRecordIterable(files, b, pipeline=Parse(workload), num_workers=2,
                                           rank=0, world_size=1, progress=False),
                       batch_size=None, num_workers=2, multiprocessing_context="fork"),
+        key, repeat, weight="weight")
+    # no worker processes: tpudata's read-ahead thread reads and checks CRCs without the GIL
+    results["tpudata, num_workers=0"] = run_loader(
+        lambda DL: DL(tt.TFRecordIterable(files, b, pipeline=Parse(workload), num_workers=0,
+                                          rank=0, world_size=1, progress=False),
+                      batch_size=None, num_workers=0),
         key, repeat, weight="weight")
     if workload == "A":  # the images as one uint8 tensor in shared memory per batch
         results["tpudata bytes_as='tensor'"] = run_loader(

@@ -41,7 +41,8 @@ from tpudata.tfrecord.reader import detect_compression
 logger = logging.getLogger(__name__)
 
 INDEX_SUFFIX = ".idx"
-DEFAULT_MAX_GAP = 64 << 10
+LOCAL_MAX_GAP = 4 << 10  # local reads are cheap: merge only records on the same page or so
+REMOTE_MAX_GAP = 256 << 10  # a request costs a round trip: read (and CRC-check) through gaps
 
 
 def _manifest_counts(files: list[str], storage_options) -> list[int] | None:
@@ -58,7 +59,8 @@ class TFRecordSource:
     ``index``: None (look for ``{file}{index_suffix}``, build it when missing), or one index per
     file (an index file URL or an ``(n, 2)`` array). ``write_index=True`` writes the indexes it
     builds next to the files. ``verify`` checks every record's CRCs. ``max_gap``: records closer
-    than this many bytes are fetched in one range read.
+    than this many bytes are fetched in one range read (default 4 KiB for local files, 256 KiB
+    for remote ones).
     """
 
     def __init__(
@@ -70,7 +72,7 @@ class TFRecordSource:
         index_suffix: str = INDEX_SUFFIX,
         write_index: bool = False,
         progress: bool = True,
-        max_gap: int = DEFAULT_MAX_GAP,
+        max_gap: int | None = None,
         **storage_options,
     ):
         self.files = storage.expand(files, **storage_options) if isinstance(files, str) else [
@@ -79,13 +81,13 @@ class TFRecordSource:
             raise FileNotFoundError(f"no TFRecord files match {files!r}")
         if index is not None and len(index) != len(self.files):
             raise ValueError(f"index: {len(index)} entries for {len(self.files)} files")
-        if max_gap < 0:
+        if max_gap is not None and max_gap < 0:
             raise ValueError(f"max_gap must be >= 0, not {max_gap}")
         self.verify = verify
         self.index_suffix = index_suffix
         self.write_index = write_index
         self.progress = progress
-        self.max_gap = int(max_gap)
+        self.max_gap = max_gap
         self.storage_options = storage_options
         self._given = list(index) if index is not None else [None] * len(self.files)
         self._indexes: list[np.ndarray | None] = [None] * len(self.files)
@@ -172,39 +174,60 @@ class TFRecordSource:
             return []
         order = np.lexsort((local, shard))
         s_sorted, l_sorted = shard[order], local[order]
-        plan = []  # (file k, first record, last record, positions in `order`)
-        ranges = []
+        ranges, firsts, counts, sizes = [], [], [], []  # per range read
+        frame_offs = []  # per wanted record (sorted), its frame offset in the file
         for k in np.unique(s_sorted).tolist():
             lo, hi = np.searchsorted(s_sorted, [k, k + 1])
             locs = l_sorted[lo:hi]
             ix = self.index_of(k)
             offs, lens = ix[locs, 0], ix[locs, 1]
             ends = offs + lens
+            gap = self.max_gap
+            if gap is None:
+                gap = LOCAL_MAX_GAP if storage.is_local(self.files[k]) else REMOTE_MAX_GAP
             # a new range starts where the gap from the previous record's end exceeds max_gap
-            cut = np.flatnonzero(offs[1:] > np.maximum.accumulate(ends)[:-1] + self.max_gap) + 1
-            bounds = np.concatenate([[0], cut, [len(locs)]])
-            for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-                plan.append((k, int(locs[a]), int(locs[b - 1]), lo + a, lo + b, offs[a:b]))
-                ranges.append((self.files[k], int(offs[a]), int(ix[locs[b - 1], 0] + ix[locs[b - 1], 1])))
+            cut = np.flatnonzero(offs[1:] > np.maximum.accumulate(ends)[:-1] + gap) + 1
+            a = np.concatenate([[0], cut]).astype(np.int64)
+            b = np.concatenate([cut, [len(locs)]]).astype(np.int64)
+            url = self.files[k]
+            ranges += [(url, s_, e_) for s_, e_ in zip(offs[a].tolist(), ends[b - 1].tolist())]
+            firsts.append(np.repeat(locs[a], b - a))
+            counts += (locs[b - 1] - locs[a] + 1).tolist()
+            sizes += (b - a).tolist()
+            frame_offs.append(offs)
         buffers = self._reader.read_many(ranges)
+        first_of = np.concatenate(firsts)
+        records: list = []
+        data_offs = np.empty(len(order), dtype=np.int64)
+        j = 0
+        for (url, start, _), buf, count, size in zip(ranges, buffers, counts, sizes):
+            offsets, lengths = self._frame(url, buf, start, count)
+            if count == 1:  # the common case of scattered reads: no index arithmetic
+                o, n = int(offsets[0]), int(lengths[0])
+                rec = bytes(memoryview(buf)[o : o + n])
+                records += [rec] * size
+                data_offs[j : j + size] = start + o
+            else:
+                want = l_sorted[j : j + size] - first_of[j : j + size]
+                records += framing.split(buf, offsets[want], lengths[want])
+                data_offs[j : j + size] = start + offsets[want]
+            j += size
+        expected = np.concatenate(frame_offs) + framing.HEADER_SIZE
+        moved = data_offs != expected
+        if moved.any():  # the index does not agree with the file's framing
+            k = int(np.flatnonzero(moved)[0])
+            at = int(expected[k]) - framing.HEADER_SIZE
+            url = self.files[int(s_sorted[k])]
+            raise CorruptRecordError(
+                f"corrupted record at {at}: the index puts a record where the file has none "
+                f"(rebuild the index)", url, at)
         out: list = [None] * len(order)
-        for (k, first, last, p0, p1, frame_offs), (url, start, _), buf in zip(plan, ranges, buffers):
-            data_offsets, data_lengths = self._frame(url, buf, start, first, last)
-            want = l_sorted[p0:p1] - first
-            moved = data_offsets[want] + (start - framing.HEADER_SIZE) != frame_offs
-            if moved.any():
-                at = int(frame_offs[moved][0])
-                raise CorruptRecordError(
-                    f"corrupted record at {at}: the index puts a record where the file has none "
-                    f"(rebuild the index)", url, at)
-            records = framing.split(buf, data_offsets[want], data_lengths[want])
-            for pos, rec in zip(order[p0:p1].tolist(), records):
-                out[pos] = rec
+        for pos, rec in zip(order.tolist(), records):
+            out[pos] = rec
         return out
 
-    def _frame(self, url: str, buf, start: int, first: int, last: int):
-        """Frame (and CRC-check) records ``first..last`` of a file, read as ``buf`` from ``start``."""
-        expected = last - first + 1
+    def _frame(self, url: str, buf, start: int, expected: int):
+        """Frame (and CRC-check) the ``expected`` records of ``buf``, read from ``start``."""
         res = framing.scan(buf, 0, len(buf), self.verify, expected)
         if res.err != framing.OK:
             raise CorruptRecordError(f"corrupted record at {start + res.err_offset}", url,
@@ -240,4 +263,4 @@ class TFRecordSource:
         return f"TFRecordSource({len(self.files)} files, {len(self)} records)"
 
 
-__all__ = ["INDEX_SUFFIX", "TFRecordSource"]
+__all__ = ["INDEX_SUFFIX", "LOCAL_MAX_GAP", "REMOTE_MAX_GAP", "TFRecordSource"]

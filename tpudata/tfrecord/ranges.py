@@ -1,6 +1,6 @@
 """Byte-range reads that are safe from many threads and in worker processes.
 
-:class:`RangeReader` keeps no file position: local files are read with ``os.preadv`` on a
+:class:`RangeReader` keeps no file position: local files are read with ``os.pread`` on a
 descriptor opened once per process (``pread`` is atomic with respect to other threads' reads),
 remote URLs with the filesystem's ``cat_file`` / ``cat_ranges`` (gcsfs fetches many ranges
 concurrently). It pickles without open handles; a forked or spawned worker opens its own.
@@ -16,8 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-
-import numpy as np
 
 from tpudata import storage
 from tpudata.errors import TruncatedRecordError
@@ -76,15 +74,19 @@ class RangeReader:
         """The bytes ``[start, end)`` of ``url`` (a bytes-like object)."""
         want = end - start
         if storage.is_local(url):
-            buf = np.empty(want, dtype=np.uint8)
-            fd, got = self._fd(url), 0
-            mv = memoryview(buf)
+            fd = self._fd(url)
+            data = os.pread(fd, want, start)
+            if len(data) == want:
+                return data
+            parts = [data]  # a short read: go on until the end of the range or of the file
+            got = len(data)
             while got < want:
-                n = os.preadv(fd, [mv[got:]], start + got)
-                if n <= 0:
+                more = os.pread(fd, want - got, start + got)
+                if not more:
                     raise self._truncated(url, start, got, want)
-                got += n
-            return buf
+                parts.append(more)
+                got += len(more)
+            return b"".join(parts)
         fs, path = self._fs_path(url)
         data = fs.cat_file(path, start=start, end=end)
         if len(data) != want:
