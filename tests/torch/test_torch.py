@@ -16,7 +16,6 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
 
 from tests.torch.helpers import (  # noqa: E402
-    SPEC,
     ids_of,
     make_shards,
     parse_pipeline,

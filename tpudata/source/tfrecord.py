@@ -34,7 +34,7 @@ from tpudata import storage
 from tpudata.errors import CorruptRecordError, DataLossError, TruncatedRecordError
 from tpudata.shards.manifest import record_counts
 from tpudata.tfrecord import framing
-from tpudata.tfrecord.index import build_index, read_index, write_index
+from tpudata.tfrecord.index import build_index, read_index
 from tpudata.tfrecord.ranges import RangeReader
 from tpudata.tfrecord.reader import detect_compression
 
