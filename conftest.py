@@ -2,5 +2,12 @@
 
 import importlib.util
 
-collect_ignore_glob = [f"tpudata/{name}/*" for name in ("torch", "jax")
-                       if importlib.util.find_spec(name) is None]
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+collect_ignore_glob = [f"tpudata/{name}/*" for name in ("torch", "jax") if not _installed(name)]
