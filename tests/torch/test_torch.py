@@ -83,6 +83,7 @@ def test_epochs_reshuffle_and_len_is_known(tmp_path):
     assert sorted(first) == sorted(second) == list(range(n)) and first != second
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
 def test_bad_worker_splits_say_what_to_do(tmp_path):
     files, _ = make_shards(str(tmp_path))
     with pytest.raises(ValueError, match="split='records'"):
