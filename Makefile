@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-test
+FSTAMP := $(VENV)/.installed-frameworks
 
-.PHONY: test demo install bench clean
+.PHONY: test test-frameworks demo install bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +20,16 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The torch / JAX / grain bridges' tests: installs torch (~5 GB with its CUDA libraries, ~3 min
+# fresh), torchdata, jax (CPU) and grain into the same venv. `make test` skips these tests
+# when the frameworks are absent.
+$(FSTAMP): pyproject.toml setup.py tpudata/_native.c | $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[test,test-frameworks]'
+	@touch $@
+
+test-frameworks: $(FSTAMP)
+	$(BIN)/python -m pytest -q tests/torch tests/jax tests/source tpudata/torch tpudata/jax
 
 demo: $(STAMP)
 	$(BIN)/python tools/demo.py

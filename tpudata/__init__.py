@@ -57,6 +57,7 @@ from tpudata.shards import (
     verify_manifest,
     write_shards,
 )
+from tpudata.source import TFRecordSource
 from tpudata.tfrecord import (
     IndexedTFRecordFile,
     RecordBatch,
@@ -96,6 +97,7 @@ __all__ = [
     "StorageError",
     "TFRecordDataset",
     "TFRecordFileReader",
+    "TFRecordSource",
     "TFRecordWriter",
     "TensorSpec",
     "TextLineDataset",

@@ -21,12 +21,14 @@ from tpudata.tfrecord.reader import (
     read_record_batches,
     read_records,
 )
+from tpudata.tfrecord.ranges import RangeReader
 from tpudata.tfrecord.writer import TFRecordWriter, write_records
 
 __all__ = [
     "DEFAULT_BUFFER_SIZE",
     "DecompressedStream",
     "IndexedTFRecordFile",
+    "RangeReader",
     "RecordBatch",
     "TFRecordFileReader",
     "TFRecordWriter",

@@ -24,6 +24,7 @@ from tpudata import storage
 from tpudata._keywords import strict_keywords
 from tpudata.errors import CorruptRecordError, TruncatedRecordError
 from tpudata.tfrecord import framing
+from tpudata.tfrecord.ranges import RangeReader
 from tpudata.tfrecord.reader import DEFAULT_BUFFER_SIZE, TFRecordFileReader
 
 
@@ -105,6 +106,10 @@ def _decode_frame(frame: bytes, url: str, offset: int, verify: bool) -> bytes:
 class IndexedTFRecordFile:
     """Random access to the records of an uncompressed TFRecord file through its index.
 
+    Reads are positionless byte-range reads, so any number of threads may share one object;
+    it pickles without open handles. For many files, ``len`` from manifests and batched
+    reads, use :class:`tpudata.source.TFRecordSource`.
+
     >>> f = IndexedTFRecordFile("memory://doc/i.tfrecord")
     >>> len(f), f[0], f[-1]
     (2, b'x', b'yz')
@@ -121,7 +126,7 @@ class IndexedTFRecordFile:
         elif isinstance(index, str):
             index = read_index(index, storage_options=self.storage_options)
         self.index = np.asarray(index, dtype=np.int64).reshape(-1, 2)
-        self._f = None
+        self._reader = RangeReader(**storage_options)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -131,21 +136,14 @@ class IndexedTFRecordFile:
         if not -n <= i < n:
             raise IndexError(f"record {i} out of range for {self.url} with {n} records")
         offset, length = (int(v) for v in self.index[i])
-        if self._f is None:
-            self._f = storage.open_read(self.url, 1 << 20, **self.storage_options)
-        self._f.seek(offset)
-        frame = self._f.read(length)
+        try:
+            frame = bytes(self._reader.read(self.url, offset, offset + length))
+        except TruncatedRecordError:
+            raise TruncatedRecordError(f"truncated record at {offset}", self.url, offset) from None
         return _decode_frame(frame, self.url, offset, self.verify)
 
     def close(self) -> None:
-        if self._f is not None:
-            self._f.close()
-            self._f = None
-
-    def __getstate__(self):  # picklable into worker processes: drop the open handle
-        state = self.__dict__.copy()
-        state["_f"] = None
-        return state
+        self._reader.close()
 
     def __enter__(self) -> "IndexedTFRecordFile":
         return self
