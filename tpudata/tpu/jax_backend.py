@@ -10,6 +10,10 @@
   shorter final loop (padded to the same shape) runs the same program. Programs are compiled
   ahead of time per input shape and counted (:attr:`JaxBackend.compilations`); device time is
   measured to ``block_until_ready`` and compilation is not counted in it.
+- ``host_call`` tensors of every step come out of the same compiled loop (``[replicas, L,
+  batch, ...]``); the host keeps the loop's real steps, concatenates the replicas on the batch
+  dimension and hands them to the estimator's summaries recorder, which runs ``fn`` once per loop
+  as on the numpy backend. Evaluation steps pass their specs (host_call included) to it too.
 - After every loop the devices compare their parameter copies bit for bit (``pmax``/``pmin`` of
   the bits); one copy comes back to the host for checkpoints and ``get_variable_value`` (all of
   them when the copies differ, so that the estimator's check names the replica and variable).
@@ -201,12 +205,17 @@ class JaxBackend:
         for r in range(len(batches)):
             mine = jax.tree_util.tree_map(lambda a: a[r], out)
             if mode == ModeKeys.EVAL:
-                metrics = None
+                metrics = host_call = None
                 if "metrics" in mine:
                     metrics = (captured["metric_fn"], mine["metrics"])
-                specs.append(TPUEstimatorSpec(mode, loss=float(mine["loss"]), eval_metrics=metrics))
+                if "host_call" in mine:
+                    host_call = (captured["host_fn"], mine["host_call"])
+                specs.append(TPUEstimatorSpec(mode, loss=float(mine["loss"]), eval_metrics=metrics,
+                                              host_call=host_call))
             else:
                 specs.append(TPUEstimatorSpec(mode, predictions=mine["predictions"]))
+        if self.est._recorder is not None:  # evaluate()'s summaries: host_call, as on numpy
+            self.est._recorder.step(specs)
         return specs
 
     # -- training: one compiled call per loop --------------------------------------------------------
@@ -227,19 +236,22 @@ class JaxBackend:
         if n not in self._counts:
             self._counts[n] = jax.device_put(np.asarray(n, np.int32), self.replicated)
         args = (params, slots, step, self._counts[n], features, labels)
+        captured = self._captured.setdefault(ModeKeys.TRAIN, {})
         fn = jax_step.make_train_loop(est.model_fn, est.store, est._model_params(ModeKeys.TRAIN),
-                                      self._optimizer, self._on_trace)
+                                      self._optimizer, self._on_trace, captured)
         spec = PartitionSpec(jax_step.AXIS)
         sm = _shard_map_fn(fn, self.mesh, in_specs=(spec, spec, PartitionSpec(), PartitionSpec(),
                                                     spec, spec),
-                           out_specs=(spec, spec, PartitionSpec(), spec, PartitionSpec()))
+                           out_specs=(spec, spec, PartitionSpec(), spec, PartitionSpec(), spec))
         compiling = self.compile_seconds
         compiled = self._compile((ModeKeys.TRAIN, _signature(args)), sm, *args)
         self.last_compile_seconds = self.compile_seconds - compiling
         t0 = time.perf_counter()
-        new_params, new_slots, new_step, losses, diverged = compiled(*args)
-        jax.block_until_ready((new_params, new_slots, losses, diverged))
+        new_params, new_slots, new_step, losses, diverged, host = compiled(*args)
+        jax.block_until_ready((new_params, new_slots, losses, diverged, host))
         device = time.perf_counter() - t0
+        if host is not None and est._recorder is not None:
+            est._recorder.host_call_steps((captured["host_fn"], _host_call_rows(host, n)))
         diverged = jax.device_get(diverged)
         self._to_host(new_params, new_slots, every_copy=any(bool(v) for v in diverged.values()))
         est.global_step += n
@@ -248,6 +260,16 @@ class JaxBackend:
         losses = np.asarray(jax.device_get(losses))[:, :n]
         return LoopReport(steps=n, device_seconds=device, wait_seconds=waited, records=records,
                           bytes=nbytes_, global_step=est.global_step, loss=float(losses.mean()))
+
+
+def _host_call_rows(host, n: int):
+    """The loop's host_call tensors from the devices, ``[replicas, L, batch, ...]`` each, as the
+    host wants them: the first ``n`` (real) steps, replicas concatenated on the batch dimension."""
+    def rows(a):
+        a = np.asarray(a)[:, :n]
+        return np.moveaxis(a, 0, 1).reshape((n, a.shape[0] * a.shape[2]) + a.shape[3:])
+
+    return jax.tree_util.tree_map(rows, jax.device_get(host))
 
 
 class TrainLoops:

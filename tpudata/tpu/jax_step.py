@@ -20,6 +20,7 @@ import numpy as np
 
 from tpudata.tpu.optimizers import SGD, Adam, CrossShardOptimizer, Momentum, Optimizer, TrainOp
 from tpudata.tpu.spec import ModeKeys, TPUEstimatorSpec
+from tpudata.tpu.summaries import _host_call_fn, _name
 from tpudata.tpu.variables import VariableStore, scope
 
 logger = logging.getLogger(__name__)
@@ -163,47 +164,83 @@ def diverged(params: dict) -> dict:
     return out
 
 
+def host_call_tensors(spec: TPUEstimatorSpec, captured: dict):
+    """The spec's ``host_call`` tensors as jax arrays (None without one); its function goes to
+    ``captured["host_fn"]`` (it runs on the host). Checked as on the numpy backend."""
+    if spec.host_call is None:
+        return None
+    captured["host_fn"] = _host_call_fn(spec.host_call)
+    tensors = spec.host_call[1]
+    if isinstance(tensors, dict):
+        named = list(tensors.items())
+    elif isinstance(tensors, (list, tuple)):
+        named = list(enumerate(tensors))
+    else:
+        named = [(0, tensors)]
+    for name, value in named:
+        if jnp.ndim(value) < 1:
+            raise ValueError(
+                f"host_call {_name(captured['host_fn'])}: tensor {name!r} has no batch dimension "
+                f"(shape {jnp.shape(value)}); all tensors sent to the host keep one (reshape "
+                "scalars to [1])")
+    return jax.tree_util.tree_map(jnp.asarray, tensors)
+
+
 def make_train_loop(model_fn: Callable, store: VariableStore, model_params: dict,
-                    optimizer: Optimizer, on_trace: Callable[[], None]) -> Callable:
+                    optimizer: Optimizer, on_trace: Callable[[], None],
+                    captured: dict | None = None) -> Callable:
     """One replica's device loop: the first ``count`` of the stacked infeed's ``L`` steps.
 
     Arguments and results carry a leading replica axis of 1 (shard_map's block of the
     ``[num_replicas, ...]`` arrays): ``(params, slots, step, count, features[1, L, ...],
-    labels)`` -> ``(params, slots, step + count, losses[1, L], diverged)``; ``step``, ``count``
-    and ``diverged`` (per parameter: do the replicas' copies differ in any bit?) are replicated.
-    ``count`` is a runtime value (a ``lax.fori_loop`` that lowers to a while loop, as
-    TPUEstimator's device loop), so a shorter final loop runs the same program.
+    labels)`` -> ``(params, slots, step + count, losses[1, L], diverged, host_call)``; ``step``,
+    ``count`` and ``diverged`` (per parameter: do the replicas' copies differ in any bit?) are
+    replicated. ``host_call`` is the spec's ``host_call`` tensors of every step, each
+    ``[1, L, batch, ...]`` (rows past ``count`` are zeros), or None without a host_call; its
+    function goes to ``captured["host_fn"]``. ``count`` is a runtime value (a ``lax.fori_loop``
+    that lowers to a while loop, as TPUEstimator's device loop), so a shorter final loop runs the
+    same program.
     """
+    captured = {} if captured is None else captured
+
+    def forward(params, features, labels):
+        spec = call_model(model_fn, TracedVariables(store, params), features, labels,
+                          ModeKeys.TRAIN, model_params)
+        return jnp.asarray(spec.loss, jnp.float32), host_call_tensors(spec, captured)
 
     def one_step(carry, batch):
         params, slots, step = carry
         features, labels = batch
-
-        def loss_fn(p):
-            spec = call_model(model_fn, TracedVariables(store, p), features, labels,
-                              ModeKeys.TRAIN, model_params)
-            return jnp.asarray(spec.loss, jnp.float32)
-
-        loss, grads = jax.value_and_grad(loss_fn)(params)
+        (loss, host), grads = jax.value_and_grad(lambda p: forward(p, features, labels),
+                                                 has_aux=True)(params)
         grads = all_reduce(optimizer, grads)
         params, slots = apply_updates(optimizer, params, grads, slots, step)
-        return (params, slots, step + 1), loss
+        return (params, slots, step + 1), loss, host
 
     def loop(params, slots, step, count, features, labels):
         on_trace()
         stacked = (_squeeze(features), _squeeze(labels))
         length = jax.tree_util.tree_leaves(stacked)[0].shape[0]
+        params = _squeeze(params)
+
+        def index(i):
+            return jax.tree_util.tree_map(
+                lambda a: jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False), stacked)
+
+        # the host_call's shapes (model_fn traced abstractly once more), for its [L, ...] buffers
+        shapes = jax.eval_shape(lambda p, b: forward(p, *b)[1], params, index(0))
+        buffers = jax.tree_util.tree_map(lambda s: jnp.zeros((length,) + s.shape, s.dtype), shapes)
 
         def body(i, carry):
-            params, slots, step, losses = carry
-            batch = jax.tree_util.tree_map(
-                lambda a: jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False), stacked)
-            (params, slots, step), loss = one_step((params, slots, step), batch)
-            return params, slots, step, losses.at[i].set(loss)
+            params, slots, step, losses, buffers = carry
+            (params, slots, step), loss, host = one_step((params, slots, step), index(i))
+            buffers = jax.tree_util.tree_map(lambda b, h: b.at[i].set(h), buffers, host)
+            return params, slots, step, losses.at[i].set(loss), buffers
 
-        carry = (_squeeze(params), _squeeze(slots), step, jnp.zeros((length,), jnp.float32))
-        params, slots, step, losses = jax.lax.fori_loop(0, count, body, carry)
-        return _expand(params), _expand(slots), step, losses[None], diverged(params)
+        carry = (params, _squeeze(slots), step, jnp.zeros((length,), jnp.float32), buffers)
+        params, slots, step, losses, buffers = jax.lax.fori_loop(0, count, body, carry)
+        return (_expand(params), _expand(slots), step, losses[None], diverged(params),
+                _expand(buffers))
 
     return loop
 
@@ -212,7 +249,7 @@ def make_forward(model_fn: Callable, store: VariableStore, model_params: dict, m
                  captured: dict, on_trace: Callable[[], None]) -> Callable:
     """One replica's EVAL/PREDICT step: ``(params, features[1, ...], labels)`` -> outputs[1, ...].
 
-    ``captured`` receives the host-side parts of the spec (metric_fn) at trace time.
+    ``captured`` receives the host-side parts of the spec (metric_fn, host_fn) at trace time.
     """
 
     def forward(params, features, labels):
@@ -225,6 +262,9 @@ def make_forward(model_fn: Callable, store: VariableStore, model_params: dict, m
             if spec.eval_metrics is not None:
                 captured["metric_fn"] = spec.eval_metrics[0]
                 out["metrics"] = spec.eval_metrics[1]
+            host = host_call_tensors(spec, captured)
+            if host is not None:
+                out["host_call"] = host
         else:
             if spec.predictions is None:
                 raise ValueError("in PREDICT mode model_fn must return predictions=")

@@ -11,9 +11,10 @@ What a training run records under ``model_dir`` (any fsspec URL), every ``save_s
 
 ``evaluate()`` writes its metrics under ``model_dir/eval`` (``eval_<name>``) at the evaluated step.
 
-The backend contract (numpy today, any other executor the same way): a train loop makes a
-:class:`Recorder` with :func:`for_training`, calls :meth:`Recorder.host_call_step` once per step
-with the replicas' ``host_call`` tensors, :meth:`Recorder.on_loop` once per loop with the loop's
+The backend contract: a train loop makes a :class:`Recorder` with :func:`for_training`, calls
+:meth:`Recorder.host_call_step` once per step with the replicas' ``host_call`` tensors (numpy),
+or :meth:`Recorder.host_call_steps` once per loop with the loop's stacked tensors (JAX, gathered
+from the devices), :meth:`Recorder.on_loop` once per loop with the loop's
 global step, mean loss and :class:`~tpudata.tpu.infeed.LoopReport`, and :meth:`Recorder.close`
 at the end; evaluation uses :func:`for_eval` and :meth:`Recorder.on_eval`.
 
