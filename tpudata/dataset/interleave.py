@@ -81,7 +81,7 @@ class _InterleaveIterator(BlockIterator):
         it = sub._make_iterator(self.ctx.child(index, in_background=self.ds.parallel or None))
         if self.ds.parallel:  # two blocks (read buffers) ahead per open sub-dataset
             it = PrefetchIterator(it, max_elements=2, max_bytes=64 << 20, min_blocks=2,
-                                  name=f"tpudata-interleave-{index}")
+                                  name=f"tpudata-interleave-{index}", ctx=self.ctx)
         return _Slot(index, element, it)
 
     def _close_slot(self, k: int) -> None:

@@ -211,7 +211,7 @@ class _TFRecordFiles(_RecordFilesDataset):
             from tpudata.dataset.prefetch import PrefetchIterator
 
             return PrefetchIterator(it, max_elements=1 << 40, max_bytes=self.read_ahead_bytes,
-                                    name="tpudata-readahead")
+                                    name="tpudata-readahead", ctx=ctx)
         return it
 
     def _open(self, path, offset):

@@ -294,55 +294,6 @@ class _BlockMapIterator(BlockIterator):
         self.input_it.close()
 
 
-# -- map / filter ---------------------------------------------------------------------------------
-def _call(fn, element):
-    if isinstance(element, tuple) and not hasattr(element, "_fields"):
-        return fn(*element)
-    return fn(element)
-
-
-class MapDataset(_Unary):
-    def __init__(self, input_ds, fn: Callable, num_parallel_calls: int | None = None):
-        super().__init__(input_ds)
-        if not callable(fn):
-            raise TypeError("map() needs a callable")
-        self.fn = fn
-        self.threads = _threads(num_parallel_calls)
-
-    def _map_block(self, block: Block) -> Block:
-        rows = []
-        tree: Tree | None = None
-        for element in block.elements():
-            out = _call(self.fn, element)
-            t, leaves = flatten(out)
-            if tree is None:
-                tree = t
-            elif t != tree:
-                raise ValueError(f"map function returned {t} after {tree}: outputs must keep one structure")
-            rows.append(leaves)
-        return Block.from_elements(tree, rows) if rows else None
-
-    def _make_iterator(self, ctx):
-        return _BlockMapIterator(self.input._make_iterator(ctx), self._map_block, self.threads)
-
-    def cardinality(self):
-        return self.input.cardinality()
-
-
-class FilterDataset(_Unary):
-    def __init__(self, input_ds, predicate: Callable):
-        super().__init__(input_ds)
-        self.predicate = predicate
-
-    def _filter_block(self, block: Block):
-        keep = [bool(np.asarray(_call(self.predicate, e))) for e in block.elements()]
-        idx = np.flatnonzero(keep)
-        return block.take(idx) if len(idx) else None
-
-    def _make_iterator(self, ctx):
-        return _BlockMapIterator(self.input._make_iterator(ctx), self._filter_block, 0)
-
-
 # -- parse ----------------------------------------------------------------------------------------
 def _records_leaf(block: Block):
     if block.tree.kind != "leaf":
@@ -482,5 +433,5 @@ def _graft(tree: Tree, subtrees: list) -> Tree:
     return go(tree)
 
 
-__all__ = ["AUTOTUNE", "FilterDataset", "MapDataset", "ParseDataset", "RepeatDataset",
+__all__ = ["AUTOTUNE", "ParseDataset", "RepeatDataset",
            "ShardDataset", "SkipDataset", "TakeDataset", "ZipDataset", "parse_dataset"]
