@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from tpudata.dataset.block import Block
 from tpudata.dataset.state import from_jsonable, jsonable
@@ -49,6 +50,15 @@ class IterContext:
         self.stop = stop if stop is not None else threading.Event()
         self._on_stop = on_stop if on_stop is not None else []
 
+    def join_budget(self) -> float | None:
+        """Seconds a closing thread may still wait for others (None: not closing)."""
+        if not self.stop.is_set():
+            return None
+        for item in self._on_stop:
+            if isinstance(item, float):
+                return max(0.0, item - time.monotonic())
+        return 0.0
+
     def child(self, k: int, in_background: bool | None = None) -> "IterContext":
         flag = self.in_background if in_background is None else in_background
         return IterContext(self.path + (int(k),), flag, self.stop, self._on_stop)
@@ -61,8 +71,11 @@ class IterContext:
 
     def request_stop(self) -> None:
         """Set ``stop`` and run the registered callbacks (from any thread)."""
+        self._on_stop.insert(0, time.monotonic() + CLOSE_WAIT_SECONDS)  # shared join deadline
         self.stop.set()
         for callback in list(self._on_stop):
+            if isinstance(callback, float):
+                continue
             try:
                 callback()
             except Exception:  # a failing close must not keep the others from running

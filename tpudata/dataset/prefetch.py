@@ -157,7 +157,9 @@ class PrefetchIterator(BlockIterator):
             with self.cond:
                 self.stop = True
                 self.cond.notify_all()
-            self.thread.join()
+            budget = None if self.ctx is None else self.ctx.join_budget()
+            # closing: a producer inside a long user function ends on its own, soon after
+            self.thread.join(budget)
             self.thread = None
         with self.cond:
             self.items.clear()
