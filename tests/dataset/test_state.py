@@ -137,7 +137,8 @@ def test_state_mentions_file_offsets_and_seeds(shards):
     for _ in range(12):
         next(it)
     state = json.dumps(it.get_state())
-    assert '"offset"' in state and '"seed": 5' in state and '"held"' in state
+    assert '"offset"' in state and '"seed": 5' in state and '"offsets"' in state
+    assert '"elements"' not in state  # records of plain files are named, not carried
     it.close()
 
 

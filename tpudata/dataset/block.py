@@ -246,19 +246,72 @@ def as_column(values: list):
     return out
 
 
+class Origin:
+    """Where each element of a block came from: a TFRecord frame in a plain (uncompressed) file.
+
+    ``kind`` is "records" (the element is the record) or "parsed" (the element is the record
+    parsed by the op that made the block). ``paths[pid[i]]`` and ``offsets[i]`` locate element
+    ``i``'s frame, so a shuffle checkpoint can name elements instead of carrying them.
+    """
+
+    __slots__ = ("kind", "paths", "pid", "offsets")
+
+    def __init__(self, kind: str, paths: tuple, pid: np.ndarray, offsets: np.ndarray):
+        self.kind, self.paths, self.pid, self.offsets = kind, paths, pid, offsets
+
+    @classmethod
+    def of_batch(cls, batch: RecordBatch) -> "Origin":
+        n = len(batch)
+        return cls("records", (batch.path,), np.zeros(n, np.int32),
+                   np.asarray(batch.record_offsets, dtype=np.int64))
+
+    def with_kind(self, kind: str) -> "Origin":
+        return Origin(kind, self.paths, self.pid, self.offsets)
+
+    def slice(self, i: int, j: int) -> "Origin":
+        return Origin(self.kind, self.paths, self.pid[i:j], self.offsets[i:j])
+
+    def take(self, idx) -> "Origin":
+        return Origin(self.kind, self.paths, self.pid[idx], self.offsets[idx])
+
+    @staticmethod
+    def concat(origins: list) -> "Origin | None":
+        if any(o is None for o in origins) or len({o.kind for o in origins}) != 1:
+            return None
+        paths: list = []
+        where: dict = {}
+        pids = []
+        for o in origins:
+            remap = np.empty(len(o.paths), np.int32)
+            for k, p in enumerate(o.paths):
+                if p not in where:
+                    where[p] = len(paths)
+                    paths.append(p)
+                remap[k] = where[p]
+            pids.append(remap[o.pid])
+        return Origin(origins[0].kind, tuple(paths), np.concatenate(pids),
+                      np.concatenate([o.offsets for o in origins]))
+
+
 class Block:
-    """``n`` consecutive elements of structure ``tree``, one column per leaf."""
+    """``n`` consecutive elements of structure ``tree``, one column per leaf.
 
-    __slots__ = ("tree", "leaves", "n")
+    ``origin`` (optional :class:`Origin`) says which file frames the elements came from.
+    """
 
-    def __init__(self, tree: Tree, leaves: list, n: int | None = None):
+    __slots__ = ("tree", "leaves", "n", "origin")
+
+    def __init__(self, tree: Tree, leaves: list, n: int | None = None, origin: Origin | None = None):
         self.tree = tree
         self.leaves = leaves
         self.n = leaf_len(leaves[0]) if n is None else n
+        self.origin = origin
 
     @classmethod
-    def of_records(cls, batch: RecordBatch) -> "Block":
-        return cls(LEAF, [RecordColumn.from_batch(batch)], len(batch))
+    def of_records(cls, batch: RecordBatch, plain_file: bool = False) -> "Block":
+        """The batch's records; ``plain_file``: they sit in an uncompressed TFRecord file."""
+        origin = Origin.of_batch(batch) if plain_file and batch.framed and batch.path else None
+        return cls(LEAF, [RecordColumn.from_batch(batch)], len(batch), origin)
 
     @classmethod
     def from_elements(cls, tree: Tree, rows: list[list]) -> "Block":
@@ -273,10 +326,12 @@ class Block:
         j = min(j, self.n)
         if i == 0 and j == self.n:
             return self
-        return Block(self.tree, [leaf_slice(c, i, j) for c in self.leaves], max(0, j - i))
+        origin = None if self.origin is None else self.origin.slice(i, j)
+        return Block(self.tree, [leaf_slice(c, i, j) for c in self.leaves], max(0, j - i), origin)
 
     def take(self, idx: np.ndarray) -> "Block":
-        return Block(self.tree, [leaf_take(c, idx) for c in self.leaves], len(idx))
+        origin = None if self.origin is None else self.origin.take(idx)
+        return Block(self.tree, [leaf_take(c, idx) for c in self.leaves], len(idx), origin)
 
     @staticmethod
     def concat(blocks: list["Block"]) -> "Block":
@@ -288,7 +343,7 @@ class Block:
             if b.tree != tree:
                 raise ValueError(f"elements change structure: {tree} then {b.tree}")
         cols = [leaf_concat([b.leaves[k] for b in blocks]) for k in range(len(blocks[0].leaves))]
-        return Block(tree, cols, sum(b.n for b in blocks))
+        return Block(tree, cols, sum(b.n for b in blocks), Origin.concat([b.origin for b in blocks]))
 
     def compact(self) -> "Block":
         return Block(self.tree, [leaf_compact(c) for c in self.leaves], self.n)

@@ -1,4 +1,4 @@
-"""tf.data's buffered shuffle, computed a block at a time.
+"""tf.data's buffered shuffle, computed a block at a time, with exact and small checkpoints.
 
 The algorithm is TensorFlow's: fill a buffer with ``buffer_size`` elements; then for every new
 input element pick a uniformly random slot, emit its element and put the new one in its place;
@@ -6,20 +6,26 @@ when the input ends, emit what is left in random order. :class:`_ShuffleIterator
 whole input block per step with numpy and produces exactly what the element-by-element loop would
 for the same random picks.
 
-Checkpoints stay small: instead of the buffered elements, the state holds which input positions
-the buffer holds, the random generator's state and an earlier input position to replay from
-(restoring re-reads the input from there). This needs a deterministic input pipeline.
+Checkpoints never replay the input, so they are exact even over inputs that are not
+deterministic (a random ``map``/``filter`` upstream): the state holds the input's current
+position, the random generator and the buffered elements. When the buffered elements are
+records of plain TFRecord files (or Examples parsed from them), the state names them by
+(file, byte offset) - about 16 bytes per element - and a restore reads just those records
+again (random access); otherwise the state carries the elements themselves, as tf.data does.
 """
 
 from __future__ import annotations
 
-import collections
+import concurrent.futures as cf
 import secrets
+import struct
 
 import numpy as np
 
+from tpudata import storage
 from tpudata.dataset.base import BlockIterator, Cursor, Dataset
-from tpudata.dataset.block import Block, RecordColumn, as_column
+from tpudata.dataset.block import LEAF, Block, Origin, RecordColumn, as_column
+from tpudata.dataset.nest import tree_from_json, tree_to_json
 from tpudata.example.parse import VarLenValues
 
 
@@ -60,6 +66,41 @@ def _from_buffer(col, kind):
     return col
 
 
+def _kind_to_json(kind):
+    return kind if kind is None or kind == "records" else [kind[0], str(kind[1])]
+
+
+def _kind_from_json(obj):
+    return obj if obj is None or obj == "records" else (obj[0], np.dtype(obj[1]))
+
+
+def read_frames(paths: list, pid: np.ndarray, offsets: np.ndarray, verify: bool = True) -> list:
+    """The records whose TFRecord frames start at ``offsets`` in ``paths[pid]`` (random access)."""
+    from tpudata.tfrecord.index import _decode_frame
+
+    out: list = [None] * len(offsets)
+
+    def one_file(p: int) -> None:
+        where = np.flatnonzero(pid == p)
+        where = where[np.argsort(offsets[where], kind="stable")]
+        with storage.open_read(paths[p]) as f:
+            for i in where.tolist():
+                off = int(offsets[i])
+                f.seek(off)
+                head = f.read(12)
+                length = struct.unpack_from("<Q", head, 0)[0] if len(head) >= 8 else 0
+                out[i] = _decode_frame(head + f.read(length + 4), paths[p], off, verify)
+
+    used = np.unique(pid).tolist()
+    if len(used) <= 1 or all(storage.is_local(paths[p]) for p in used):
+        for p in used:
+            one_file(p)
+    else:  # remote files: a few at once
+        with cf.ThreadPoolExecutor(min(8, len(used)), thread_name_prefix="tpudata-shuffle") as ex:
+            list(ex.map(one_file, used))
+    return out
+
+
 class _ShuffleIterator(BlockIterator):
     def __init__(self, ds: ShuffleDataset, ctx):
         self.ds = ds
@@ -75,13 +116,19 @@ class _ShuffleIterator(BlockIterator):
             np.random.PCG64(np.random.SeedSequence(self.seed, spawn_key=self.path)))
         self.tree = None
         self.kinds: list = []
-        self.cols: list = []  # buffer columns, capacity self.size
-        self.src = np.empty(0, dtype=np.int64)  # input position of each buffered element
+        self.nleaves = 0
+        self.cols: list = []  # buffer columns (capacity self.size), then 2 origin columns
         self.fill = 0
         self.count_in = 0
         self.phase = "fill"
         self.drain_pos = 0
-        self.snapshots: collections.deque = collections.deque()
+        self.pending: list | None = None  # output of the last steady step not yet returned
+        self.pending_pos = 0
+        self.pending_n = 0
+        self.track: bool | None = None  # whether buffered elements carry their origin
+        self.origin_kind = None
+        self.paths: list = []
+        self.path_ids: dict = {}
 
     # -- buffer helpers --------------------------------------------------------------------------
     def _convert(self, block: Block):
@@ -91,30 +138,48 @@ class _ShuffleIterator(BlockIterator):
             cols.append(c)
             kinds.append(k)
         if self.tree is None:
-            self.tree, self.kinds = block.tree, kinds
+            self.tree, self.kinds, self.nleaves = block.tree, kinds, len(kinds)
         elif block.tree != self.tree:
             raise ValueError(f"elements change structure: {self.tree} then {block.tree}")
+        origin = block.origin
+        if self.track is None:
+            self.track = origin is not None
+            self.origin_kind = None if origin is None else origin.kind
+        if self.track and (origin is None or origin.kind != self.origin_kind):
+            self.track = False  # mixed sources: the state carries elements from now on
+            self.cols = self.cols[: self.nleaves]
+        if self.track:
+            remap = np.array([self._path_id(p) for p in origin.paths], dtype=np.int32)
+            cols += [remap[origin.pid], origin.offsets]
         return cols
+
+    def _path_id(self, path: str) -> int:
+        k = self.path_ids.get(path)
+        if k is None:
+            k = self.path_ids[path] = len(self.paths)
+            self.paths.append(path)
+        return k
 
     def _ensure_capacity(self, cols):
         if not self.cols:
             self.cols = [np.empty((self.size,) + c.shape[1:], dtype=c.dtype) for c in cols]
-            self.src = np.zeros(self.size, dtype=np.int64)
 
     def _emit(self, cols, n: int) -> Block:
         return Block(self.tree, [_from_buffer(c, k) for c, k in zip(cols, self.kinds)], n)
 
-    def _snapshot(self):
-        self.snapshots.append((self.count_in, self.cursor.get_state()))
-        oldest = int(self.src[: self.fill].min()) if self.fill else self.count_in
-        while len(self.snapshots) >= 2 and self.snapshots[1][0] <= oldest:
-            self.snapshots.popleft()
-
     # -- iteration -------------------------------------------------------------------------------
     def next(self):
+        want = max(1, self.want)
+        if self.pending is not None:  # hand out the last step's output as asked for
+            lo = self.pending_pos
+            hi = min(self.pending_n, lo + want)
+            out = self._emit([c[lo:hi] for c in self.pending], hi - lo)
+            self.pending_pos = hi
+            if hi >= self.pending_n:
+                self.pending = None
+            return out
         while True:
             if self.phase == "fill":
-                self._snapshot()
                 block = self.cursor.take(self.size - self.fill)
                 if block is None:
                     self._start_drain()
@@ -124,30 +189,29 @@ class _ShuffleIterator(BlockIterator):
                 sl = slice(self.fill, self.fill + block.n)
                 for buf, c in zip(self.cols, cols):
                     buf[sl] = c
-                self.src[sl] = self.count_in + np.arange(block.n)
                 self.fill += block.n
                 self.count_in += block.n
                 if self.fill == self.size:
                     self.phase = "steady"
                 continue
             if self.phase == "steady":
-                self._snapshot()
                 block = self.cursor.next_block()
                 if block is None:
                     self._start_drain()
                     continue
-                return self._steady(block)
+                self.pending, self.pending_pos, self.pending_n = self._steady(block), 0, block.n
+                return self.next()
             if self.phase == "drain":
                 if self.drain_pos >= self.fill:
                     self.phase = "done"
                     return None
-                end = min(self.fill, self.drain_pos + 65536)
+                end = min(self.fill, self.drain_pos + want)
                 out = self._emit([c[self.drain_pos : end] for c in self.cols], end - self.drain_pos)
                 self.drain_pos = end
                 return out
             return None
 
-    def _steady(self, block: Block) -> Block:
+    def _steady(self, block: Block) -> list:
         k = block.n
         cols = self._convert(block)
         picks = self.rng.integers(0, self.size, size=k)
@@ -172,72 +236,84 @@ class _ShuffleIterator(BlockIterator):
         slots, times = sp[last], order[last]
         for buf, c in zip(self.cols, cols):
             buf[slots] = c[times]
-        self.src[slots] = self.count_in + times
         self.count_in += k
-        return self._emit(out_cols, k)
+        return out_cols
 
     def _start_drain(self):
         perm = self.rng.permutation(self.fill)
-        self.cols = [c[perm] for c in self.cols[: len(self.cols)]] if self.cols else []
-        self.src = self.src[: self.fill][perm] if self.fill else self.src[:0]
+        self.cols = [c[: self.fill][perm] for c in self.cols] if self.cols else []
         self.phase = "drain"
         self.drain_pos = 0
 
     # -- state -----------------------------------------------------------------------------------
+    def _encode(self, cols: list, lo: int, hi: int) -> dict:
+        """Elements ``lo:hi`` of ``cols``: named by origin, or carried."""
+        if self.track:
+            nl = self.nleaves
+            return {"origin": {"kind": self.origin_kind, "paths": list(self.paths),
+                               "pid": cols[nl][lo:hi].copy(), "offsets": cols[nl + 1][lo:hi].copy()}}
+        return {"elements": {"tree": tree_to_json(self.tree),
+                             "kinds": [_kind_to_json(k) for k in self.kinds],
+                             "cols": [c[lo:hi].copy() for c in cols[: self.nleaves]]}}
+
+    def _decode(self, saved: dict, n: int) -> list:
+        if "origin" in saved:
+            return self._convert(self._reread(saved["origin"], n))
+        elements = saved["elements"]
+        self.tree = tree_from_json(elements["tree"])
+        self.kinds = [_kind_from_json(k) for k in elements["kinds"]]
+        self.nleaves = len(self.kinds)
+        self.track = False
+        return [np.asarray(c) if not isinstance(c, np.ndarray) else c for c in elements["cols"]]
+
     def get_state(self):
-        if self.phase == "drain":
-            held = self.src[self.drain_pos : self.fill]
-        else:
-            held = self.src[: self.fill]
-        snap_count, snap_state = self.snapshots[0] if self.snapshots else (self.count_in,
-                                                                            self.cursor.get_state())
-        return {"seed": self.seed, "phase": self.phase, "rng": self.rng.bit_generator.state,
-                "count_in": self.count_in, "held": held.copy(), "snap_count": snap_count,
-                "snap": snap_state}
+        lo, hi = (self.drain_pos, self.fill) if self.phase == "drain" else (0, self.fill)
+        state = {"seed": self.seed, "phase": self.phase, "rng": self.rng.bit_generator.state,
+                 "count_in": self.count_in, "input": self.cursor.get_state(), "n": hi - lo}
+        if hi > lo:
+            state["buffer"] = self._encode(self.cols, lo, hi)
+        if self.pending is not None:
+            state["pending"] = self._encode(self.pending, self.pending_pos, self.pending_n)
+            state["pending_n"] = self.pending_n - self.pending_pos
+        return state
 
     def set_state(self, state):
         self.seed = int(state["seed"])
         self._reset()
-        held = np.asarray(state["held"], dtype=np.int64)
-        count_in = int(state["count_in"])
-        snap_count = int(state["snap_count"])
-        # re-read the input from the snapshot and put back the elements the buffer held
-        self.cursor.set_state(state["snap"])
-        pos = snap_count
-        order = np.argsort(held, kind="stable")
-        sorted_held = held[order]
-        cols_by_slot = None
-        while pos < count_in:
-            block = self.cursor.take(count_in - pos)
-            if block is None:
-                raise ValueError("cannot restore the shuffle: the input ended early during replay")
-            cols = self._convert(block)
-            if cols_by_slot is None:
-                cols_by_slot = [np.empty((len(held),) + c.shape[1:], dtype=c.dtype) for c in cols]
-            lo, hi = np.searchsorted(sorted_held, [pos, pos + block.n])
-            slots = order[lo:hi]
-            for dst, c in zip(cols_by_slot, cols):
-                dst[slots] = c[sorted_held[lo:hi] - pos]
-            pos += block.n
-        self.count_in = count_in
+        self.cursor.set_state(state["input"])
+        self.count_in = int(state["count_in"])
         self.phase = state["phase"]
         self.rng.bit_generator.state = state["rng"]
-        n = len(held)
-        if cols_by_slot is not None:
-            if self.phase == "drain":
-                self.cols = cols_by_slot
-                self.fill = n
-                self.src = held.copy()
-            else:
-                self._ensure_capacity(cols_by_slot)
-                for buf, c in zip(self.cols, cols_by_slot):
-                    buf[:n] = c
-                self.src[:n] = held
-                self.fill = n
-        self.snapshots.clear()
-        self.snapshots.append((snap_count, state["snap"]))
+        if "pending" in state:
+            self.pending_n = int(state["pending_n"])
+            self.pending = self._decode(state["pending"], self.pending_n)
+        n = int(state["n"])
+        if "buffer" not in state:
+            return
+        cols = self._decode(state["buffer"], n)
         if self.phase == "drain":
-            self.drain_pos = 0
+            self.cols, self.fill, self.drain_pos = cols, n, 0
+        else:
+            self._ensure_capacity(cols)
+            for buf, c in zip(self.cols, cols):
+                buf[:n] = c
+            self.fill = n
+
+    def _reread(self, origin: dict, n: int) -> Block:
+        """The buffered elements again, from their records (random access)."""
+        pid = np.asarray(origin["pid"], dtype=np.int32)
+        offsets = np.asarray(origin["offsets"], dtype=np.int64)
+        records = read_frames(list(origin["paths"]), pid, offsets)
+        where = Origin(origin["kind"], tuple(origin["paths"]), pid, offsets)
+        block = Block(LEAF, [RecordColumn.from_bytes(records)], n)
+        if origin["kind"] == "parsed":
+            parse = getattr(self.ds.input, "_parse_block", None)
+            if parse is None:
+                raise ValueError("this checkpoint names parsed records, but the shuffle's input "
+                                 "is not a parse() any more: restore it into the same pipeline")
+            block = parse(block)
+        block.origin = where
+        return block
 
     def close(self):
         self.input_it.close()

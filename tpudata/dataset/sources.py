@@ -218,7 +218,7 @@ class _TFRecordFiles(_RecordFilesDataset):
         reader = TFRecordFileReader(path, start_offset=offset, **self.options)
         try:
             for batch in reader:
-                yield Block.of_records(batch), batch.end_offset
+                yield Block.of_records(batch, reader.compression == ""), batch.end_offset
         finally:
             reader.close()
 

@@ -335,7 +335,8 @@ class ParseDataset(_Unary):
             and (not len(col) or isinstance(col[0], bytes_like))
         ):
             parsed = _parse_column(col, self.spec, 0)
-            return Block(self.tree, [parsed[k] for k in self.tree.keys], block.n)
+            origin = None if block.origin is None else block.origin.with_kind("parsed")
+            return Block(self.tree, [parsed[k] for k in self.tree.keys], block.n, origin)
         if not (isinstance(col, np.ndarray) and col.dtype == object):
             raise TypeError(
                 f"parse() needs serialized tf.train.Example records (bytes) as elements, not "
