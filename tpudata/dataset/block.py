@@ -68,6 +68,15 @@ class RecordColumn:
         where: dict = {}
         idx_parts = []
         for c in cols:
+            if c.buf_idx is None:  # the common case: one buffer
+                key = id(c.buffers[0])
+                k = where.get(key)
+                if k is None:
+                    k = where[key] = len(buffers)
+                    buffers.append(c.buffers[0])
+                    sources.append(c.sources[0])
+                idx_parts.append(np.full(len(c), k, dtype=np.int32))
+                continue
             remap = np.empty(len(c.buffers), dtype=np.int32)
             for k, (buf, src) in enumerate(zip(c.buffers, c.sources)):
                 key = id(buf)
@@ -76,8 +85,7 @@ class RecordColumn:
                     buffers.append(buf)
                     sources.append(src)
                 remap[k] = where[key]
-            local = np.zeros(len(c), dtype=np.int32) if c.buf_idx is None else c.buf_idx
-            idx_parts.append(remap[local])
+            idx_parts.append(remap[c.buf_idx])
         buf_idx = None if len(buffers) == 1 else np.concatenate(idx_parts)
         return RecordColumn(buffers, sources, buf_idx, np.concatenate([c.offsets for c in cols]),
                             np.concatenate([c.lengths for c in cols]))
@@ -278,10 +286,21 @@ class Origin:
     def concat(origins: list) -> "Origin | None":
         if any(o is None for o in origins) or len({o.kind for o in origins}) != 1:
             return None
+        first = origins[0].paths
+        if all(o.paths is first for o in origins):  # one set of files
+            return Origin(origins[0].kind, first, np.concatenate([o.pid for o in origins]),
+                          np.concatenate([o.offsets for o in origins]))
         paths: list = []
         where: dict = {}
         pids = []
         for o in origins:
+            if len(o.paths) == 1:
+                p = o.paths[0]
+                if p not in where:
+                    where[p] = len(paths)
+                    paths.append(p)
+                pids.append(np.full(len(o.pid), where[p], np.int32))
+                continue
             remap = np.empty(len(o.paths), np.int32)
             for k, p in enumerate(o.paths):
                 if p not in where:

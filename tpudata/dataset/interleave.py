@@ -64,13 +64,14 @@ class InterleaveDataset(Dataset):
 
 
 class _Slot:
-    __slots__ = ("index", "element", "it", "cursor")
+    __slots__ = ("index", "element", "it", "cursor", "saved_element")
 
     def __init__(self, index, element, it):
         self.index = index
         self.element = element
         self.it = it
         self.cursor = Cursor(it)
+        self.saved_element = jsonable(element)  # for get_state, computed once
 
 
 class _InterleaveIterator(BlockIterator):
@@ -261,7 +262,7 @@ class _InterleaveIterator(BlockIterator):
             if slot is None:
                 slots.append(None)
             else:
-                slots.append({"index": slot.index, "element": jsonable(slot.element),
+                slots.append({"index": slot.index, "element": slot.saved_element,
                               "cursor": slot.cursor.get_state()})
         if self.ahead:  # datasets opened ahead are opened again after a restore
             first, before = self.ahead[0]

@@ -103,29 +103,35 @@ class PooledReader(BlockIterator):
         with self.cond:
             self._schedule()
 
+    def _has_room(self) -> bool:
+        return (not self.producer_done and not self.closed and len(self.items) < self.max_blocks
+                and self.bytes < self.max_bytes)
+
     def _step(self) -> None:
-        try:
-            block = self.it.next()
-            after = self.it.get_state()
-            item = (_END if block is None else block, after,
-                    0 if block is None else block.nbytes)
-        except BaseException as exc:  # surfaces in the consumer with this traceback
-            item = (exc, None, 0)
-        with self.cond:
-            self.scheduled = False
-            if self.closed:  # closed while reading: release the sub-iterator here
-                self.cond.notify_all()
-                close_now = True
-            else:
-                close_now = False
+        """Read blocks while there is room (one task per file for small files), then yield."""
+        while True:
+            try:
+                block = self.it.next()
+                after = self.it.get_state()
+                item = (_END if block is None else block, after,
+                        0 if block is None else block.nbytes)
+            except BaseException as exc:  # surfaces in the consumer with this traceback
+                item = (exc, None, 0)
+            with self.cond:
+                if self.closed:  # closed while reading: release the sub-iterator here
+                    self.scheduled = False
+                    self.cond.notify_all()
+                    break
                 self.items.append(item)
                 self.bytes += item[2]
                 if item[0] is _END or isinstance(item[0], BaseException):
                     self.producer_done = True
-                self._schedule()
                 self.cond.notify_all()
-        if close_now:
-            self.it.close()
+                if self._has_room() and not self.pool._stopping():
+                    continue  # keep this worker on this reader
+                self.scheduled = False
+                return
+        self.it.close()
 
     # -- consumer side ---------------------------------------------------------------------------
     def ready(self) -> bool:
