@@ -4,10 +4,8 @@ deterministic=False, element-exact state."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 
-import numpy as np
 import pytest
 
 from tpudata.dataset import Dataset, TFRecordDataset

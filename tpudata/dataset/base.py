@@ -99,6 +99,10 @@ class Dataset:
         """Number of elements; ``INFINITE`` (-1) or ``UNKNOWN`` (-2) as in tf.data."""
         return UNKNOWN
 
+    def _spec(self):
+        """This op's declared element spec from its input's (None: it cannot say)."""
+        return None
+
     @property
     def element_spec(self):
         """Structure of :class:`TensorSpec` (static shapes and dtypes) of the elements."""
@@ -138,30 +142,30 @@ class Dataset:
     @staticmethod
     def zip(datasets) -> "Dataset":
         """Elements are tuples (or dicts) of the datasets' elements, until the shortest ends."""
-        from tpudata.dataset.transforms import ZipDataset
+        from tpudata.dataset.zip import ZipDataset
 
         return ZipDataset(datasets)
 
     # -- transformations -------------------------------------------------------------------------
     def shard(self, num_shards: int, index: int) -> "Dataset":
         """Keep elements ``i`` with ``i % num_shards == index`` (shard files by host first)."""
-        from tpudata.dataset.transforms import ShardDataset
+        from tpudata.dataset.shard import ShardDataset
 
         return ShardDataset(self, num_shards, index)
 
     def take(self, count: int) -> "Dataset":
-        from tpudata.dataset.transforms import TakeDataset
+        from tpudata.dataset.take import TakeDataset
 
         return TakeDataset(self, count)
 
     def skip(self, count: int) -> "Dataset":
-        from tpudata.dataset.transforms import SkipDataset
+        from tpudata.dataset.take import SkipDataset
 
         return SkipDataset(self, count)
 
     def repeat(self, count: int | None = None) -> "Dataset":
         """Repeat the dataset ``count`` times (forever when None); each epoch reshuffles."""
-        from tpudata.dataset.transforms import RepeatDataset
+        from tpudata.dataset.repeat import RepeatDataset
 
         return RepeatDataset(self, count)
 
@@ -220,7 +224,7 @@ class Dataset:
         Before ``batch`` each element becomes ``{name: value}``; after ``batch`` each batch is
         parsed whole (``tf.io.parse_example``). Either way the parser sees whole blocks.
         """
-        from tpudata.dataset.transforms import parse_dataset
+        from tpudata.dataset.parse import parse_dataset
 
         return parse_dataset(self, features, num_parallel_calls)
 
@@ -265,3 +269,7 @@ class Dataset:
     def apply(self, fn: Callable[["Dataset"], "Dataset"]) -> "Dataset":
         return fn(self)
 
+
+# Cursor, IterContext, Iterator and the JSON helpers are re-exported for the op modules
+__all__ = ["BlockIterator", "Cursor", "Dataset", "INFINITE", "IterContext", "Iterator", "UNKNOWN",
+           "from_jsonable", "jsonable", "picklable_function"]

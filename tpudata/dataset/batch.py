@@ -18,7 +18,7 @@ import numpy as np
 
 from tpudata.dataset.base import INFINITE, UNKNOWN, BlockIterator, Cursor, Dataset
 from tpudata.dataset.block import Block, RecordColumn, leaf_concat, leaf_items
-from tpudata.dataset.nest import flatten, unflatten
+from tpudata.dataset.nest import flatten, map_structure, unflatten
 from tpudata.example.parse import VarLenValues
 
 
@@ -84,6 +84,20 @@ class BatchDataset(Dataset):
 
     def _make_iterator(self, ctx):
         return _BatchIterator(self, self.input._make_iterator(ctx))
+
+    def _spec(self):
+        from tpudata.dataset.spec import TensorSpec, _batched, _static
+
+        inner = _static(self.input)
+        if inner is None:
+            return None
+        dim = self.batch_size if (self.drop_remainder or self.pad_remainder) else None
+        out = map_structure(lambda s: _batched(s, dim), inner)
+        if self.pad_remainder:
+            target = out[0] if isinstance(out, tuple) else out
+            if isinstance(target, dict):
+                target[self.mask_key] = TensorSpec((dim,), np.dtype(np.float32))
+        return out
 
     def cardinality(self):
         if self.num_batches is not None:

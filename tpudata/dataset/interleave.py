@@ -62,6 +62,12 @@ class InterleaveDataset(Dataset):
     def _make_iterator(self, ctx):
         return _InterleaveIterator(self, ctx)
 
+    def _spec(self):
+        """Traced: the function is called on dummy elements and its dataset's spec read."""
+        from tpudata.dataset.spec import traced_spec
+
+        return traced_spec(self.fn, self.input, "interleave", returns_dataset=True)
+
 
 class _Slot:
     __slots__ = ("index", "element", "it", "cursor", "saved_element")

@@ -48,6 +48,11 @@ class ShuffleDataset(Dataset):
     def cardinality(self):
         return self.input.cardinality()
 
+    def _spec(self):
+        from tpudata.dataset.spec import _static
+
+        return _static(self.input)
+
 
 def _to_buffer(col):
     """Buffer columns are plain arrays that support scatter assignment."""

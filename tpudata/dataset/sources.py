@@ -80,6 +80,12 @@ class TensorSlicesDataset(Dataset):
     def _make_iterator(self, ctx):
         return _ArrayIterator(lambda i, j: Block(self.tree, [c[i:j] for c in self.cols], j - i), self.n)
 
+    def _spec(self):
+        from tpudata.dataset.nest import unflatten
+        from tpudata.dataset.spec import TensorSpec
+
+        return unflatten(self.tree, [TensorSpec(c.shape[1:], c.dtype) for c in self.cols])
+
     def cardinality(self) -> int:
         return self.n
 
@@ -97,6 +103,11 @@ class RangeDataset(Dataset):
             return Block(LEAF, [values], j - i)
 
         return _ArrayIterator(make, self.n)
+
+    def _spec(self):
+        from tpudata.dataset.spec import TensorSpec
+
+        return TensorSpec((), self.dtype)
 
     def cardinality(self) -> int:
         return self.n
@@ -184,6 +195,11 @@ class _RecordFilesDataset(Dataset):
 
     def _make_iterator(self, ctx):
         return _FilesIterator(self.files, self._open)
+
+    def _spec(self):
+        from tpudata.dataset.spec import BYTES, TensorSpec
+
+        return TensorSpec((), BYTES)
 
 
 class _TFRecordFiles(_RecordFilesDataset):

@@ -15,7 +15,6 @@ import numpy as np
 from tpudata.dataset.nest import flatten, leaf_paths, map_structure, unflatten
 from tpudata.errors import SpecError
 from tpudata.example.parse import VarLenValues
-from tpudata.example.spec import FixedLenFeature
 
 logger = logging.getLogger(__name__)
 
@@ -54,50 +53,7 @@ def _batched(spec, dim):
 
 def _static(ds):
     """The element spec declared by the pipeline's ops, or None when an op cannot say."""
-    own = getattr(ds, "_spec", None)
-    if own is not None:
-        return own()
-    from tpudata.dataset import batch as b
-    from tpudata.dataset import cache, interleave, prefetch, shuffle, sources, transforms as t
-
-    if isinstance(ds, sources.TensorSlicesDataset):
-        return unflatten(ds.tree, [TensorSpec(c.shape[1:], c.dtype) for c in ds.cols])
-    if isinstance(ds, sources.RangeDataset):
-        return TensorSpec((), ds.dtype)
-    if isinstance(ds, sources._RecordFilesDataset):
-        return TensorSpec((), BYTES)
-    if isinstance(ds, (t.ShardDataset, t.TakeDataset, t.SkipDataset, t.RepeatDataset,
-                       shuffle.ShuffleDataset, prefetch.PrefetchDataset, cache.CacheDataset)):
-        return _static(ds.input)
-    if isinstance(ds, t.ParseDataset):
-        inner = _static(ds.input)
-        if inner is None:
-            return None
-        lead = inner.shape if isinstance(inner, TensorSpec) else ()
-        out = {}
-        for name, feat in ds.spec.items():
-            if isinstance(feat, FixedLenFeature):
-                out[name] = TensorSpec(tuple(lead) + feat.shape, feat.dtype)
-            else:
-                out[name] = VarLenSpec(tuple(lead) + (None,), feat.dtype)
-        return out
-    if isinstance(ds, b.BatchDataset):
-        inner = _static(ds.input)
-        if inner is None:
-            return None
-        dim = ds.batch_size if (ds.drop_remainder or ds.pad_remainder) else None
-        out = map_structure(lambda s: _batched(s, dim), inner)
-        if ds.pad_remainder:
-            target = out[0] if isinstance(out, tuple) else out
-            if isinstance(target, dict):
-                target[ds.mask_key] = TensorSpec((dim,), np.dtype(np.float32))
-        return out
-    if isinstance(ds, t.ZipDataset):
-        parts = [_static(d) for d in ds.datasets]
-        return None if any(p is None for p in parts) else unflatten(ds.tree, parts)
-    if isinstance(ds, interleave.InterleaveDataset):
-        return traced_spec(ds.fn, ds.input, "interleave", returns_dataset=True)
-    return None
+    return ds._spec()
 
 
 def _from_value(value, batch_dims: int = 0):
