@@ -112,5 +112,5 @@ def test_parse_error_names_the_file(tmp_path):
 
     p = tmp_path / "mixed.tfrecord"
     tpudata.write_records(str(p), [tpudata.encode_example({"id": 1}), tpudata.encode_example({"x": 1.0})])
-    with pytest.raises(tpudata.SpecError, match=rf"record 1 \({p} at offset \d+\)"):
+    with pytest.raises(tpudata.SpecError, match=rf"{p}: record 1 of the file \(byte offset \d+\)"):
         list(TFRecordDataset(str(p)).parse({"id": tpudata.FixedLenFeature([], np.int64)}))

@@ -133,11 +133,12 @@ class Dataset:
         return RangeDataset(*args, dtype=dtype)
 
     @staticmethod
-    def list_files(pattern, shuffle: bool = False, seed: int | None = None, **storage_options):
+    def list_files(pattern, shuffle: bool = False, seed: int | None = None,
+                   storage_options: dict | None = None, **unknown):
         """Files matching ``pattern`` (a glob or list of globs), sorted like TF's MatchingFiles."""
         from tpudata.dataset.sources import list_files
 
-        return list_files(pattern, shuffle, seed, **storage_options)
+        return list_files(pattern, shuffle, seed, storage_options, **unknown)
 
     @staticmethod
     def zip(datasets) -> "Dataset":

@@ -47,6 +47,14 @@ class _CursorIterator(BlockIterator):
         self.input_it.close()
 
 
+class PartialBlock(Exception):
+    """Raised by a block function: deliver ``block`` (the good elements), then raise ``error``."""
+
+    def __init__(self, block, error: BaseException):
+        super().__init__(str(error))
+        self.block, self.error = block, error
+
+
 class _BlockMapIterator(BlockIterator):
     """Applies ``fn(block) -> Block | None`` to each input block, optionally on a thread pool,
     keeping the input order. State is the input's position after the last block returned."""
@@ -58,6 +66,7 @@ class _BlockMapIterator(BlockIterator):
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="tpudata-map") if threads else None
         self.pending: collections.deque = collections.deque()
         self.input_done = False
+        self.error: BaseException | None = None  # raised after the good part of a block
 
     def _submit(self) -> bool:
         if self.input_done:
@@ -72,19 +81,28 @@ class _BlockMapIterator(BlockIterator):
         return True
 
     def next(self):
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
         while True:
-            if self.pool is None:
-                if not self._submit():
-                    return None
-                _, _, block = self.pending.popleft()
-                out = self.fn(block)
-            else:
-                while len(self.pending) < self.threads + 1 and self._submit():
-                    pass
-                if not self.pending:
-                    return None
-                _, fut, _ = self.pending.popleft()
-                out = fut.result()
+            try:
+                if self.pool is None:
+                    if not self._submit():
+                        return None
+                    _, _, block = self.pending.popleft()
+                    out = self.fn(block)
+                else:
+                    while len(self.pending) < self.threads + 1 and self._submit():
+                        pass
+                    if not self.pending:
+                        return None
+                    _, fut, _ = self.pending.popleft()
+                    out = fut.result()
+            except PartialBlock as partial:
+                if partial.block is None or not partial.block.n:
+                    raise partial.error from None
+                self.error = partial.error
+                return partial.block
             if out is not None and out.n:
                 return out
 

@@ -121,8 +121,32 @@ class FileListDataset(TensorSlicesDataset):
         self.files = list(files)
 
 
-def list_files(pattern, shuffle: bool = False, seed: int | None = None, **storage_options) -> Dataset:
+def check_keywords(op: str, unknown: dict, valid) -> None:
+    """Raise TypeError for keywords ``op`` does not take, naming the closest valid one."""
+    if not unknown:
+        return
+    import difflib
+
+    name = sorted(unknown)[0]
+    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise TypeError(f"{op}() got an unexpected keyword argument {name!r}{hint} (fsspec/gcsfs "
+                    "options go in storage_options={...})")
+
+
+def _storage(op: str, storage_options, legacy: dict, valid) -> dict:
+    check_keywords(op, legacy, valid)
+    if storage_options is not None and not isinstance(storage_options, dict):
+        raise TypeError(f"{op}(): storage_options must be a dict, not "
+                        f"{type(storage_options).__name__}")
+    return dict(storage_options or {})
+
+
+def list_files(pattern, shuffle: bool = False, seed: int | None = None,
+               storage_options: dict | None = None, **unknown) -> Dataset:
     """Files matching a glob (or list of globs), sorted; ``shuffle`` shuffles them each epoch."""
+    storage_options = _storage("list_files", storage_options, unknown,
+                               ("pattern", "shuffle", "seed", "storage_options"))
     patterns = [pattern] if isinstance(pattern, (str, os.PathLike)) else list(pattern)
     files: list[str] = []
     for p in patterns:
@@ -246,7 +270,8 @@ def TFRecordDataset(filenames, compression_type: str | None = None,
                     buffer_size: int | None = DEFAULT_BUFFER_SIZE,
                     num_parallel_reads: int | None = None, verify: bool = True,
                     on_error: str = "raise", compression: str | None = None,
-                    read_ahead_bytes: int = READ_AHEAD_BYTES, **storage_options) -> Dataset:
+                    read_ahead_bytes: int = READ_AHEAD_BYTES, storage_options: dict | None = None,
+                    **unknown) -> Dataset:
     """Records of TFRecord files (any fsspec URL), like ``tf.data.TFRecordDataset``.
 
     ``filenames`` is a name, a list of names, or a Dataset of names; ``compression_type`` (or
@@ -255,8 +280,12 @@ def TFRecordDataset(filenames, compression_type: str | None = None,
     thread). ``num_parallel_reads=k``
     reads ``k`` files at once in background threads, interleaving their records one by one in a
     deterministic order (as tf.data does). ``on_error="skip"`` stops reading a damaged file with
-    a warning instead of raising (tf.data's ``ignore_errors``).
+    a warning instead of raising (tf.data's ``ignore_errors``). ``storage_options`` (a dict) goes
+    to fsspec; any other keyword raises TypeError naming the closest valid one.
     """
+    storage_options = _storage("TFRecordDataset", storage_options, unknown, (
+        "filenames", "compression_type", "buffer_size", "num_parallel_reads", "verify",
+        "on_error", "compression", "read_ahead_bytes", "storage_options"))
     if compression is not None and compression_type is not None and compression != compression_type:
         raise ValueError("give compression or compression_type (tf.data's name), not both")
     compression_type = compression_type if compression_type is not None else compression
@@ -365,8 +394,12 @@ def _skip(f, n: int) -> None:
 
 def FixedLengthRecordDataset(filenames, record_bytes: int, header_bytes: int = 0,
                              footer_bytes: int = 0, buffer_size: int | None = None,
-                             compression_type: str | None = None, **storage_options) -> Dataset:
+                             compression_type: str | None = None,
+                             storage_options: dict | None = None, **unknown) -> Dataset:
     """Fixed-size records after a header and before a footer, like tf.data's reader."""
+    storage_options = _storage("FixedLengthRecordDataset", storage_options, unknown, (
+        "filenames", "record_bytes", "header_bytes", "footer_bytes", "buffer_size",
+        "compression_type", "storage_options"))
     return _FixedLengthFiles(_names(filenames), record_bytes, header_bytes, footer_bytes,
                              buffer_size, compression_type, storage_options)
 
@@ -410,8 +443,10 @@ class _TextLineFiles(_RecordFilesDataset):
 
 
 def TextLineDataset(filenames, compression_type: str | None = None, buffer_size: int | None = None,
-                    **storage_options) -> Dataset:
+                    storage_options: dict | None = None, **unknown) -> Dataset:
     """Lines of text files (without ``\\n`` / ``\\r\\n``), as bytes, like tf.data's reader."""
+    storage_options = _storage("TextLineDataset", storage_options, unknown, (
+        "filenames", "compression_type", "buffer_size", "storage_options"))
     return _TextLineFiles(_names(filenames), compression_type, buffer_size, storage_options)
 
 
