@@ -79,31 +79,86 @@ def _kind_from_json(obj):
     return obj if obj is None or obj == "records" else (obj[0], np.dtype(obj[1]))
 
 
-def read_frames(paths: list, pid: np.ndarray, offsets: np.ndarray, verify: bool = True) -> list:
-    """The records whose TFRecord frames start at ``offsets`` in ``paths[pid]`` (random access)."""
-    from tpudata.tfrecord.index import _decode_frame
+GAP_BYTES = 4 << 20  # frames closer than this are read in one request
+RUN_BYTES = 64 << 20
+TAIL_BYTES = 1 << 20  # read past the last frame's start, so one request usually covers it
 
-    out: list = [None] * len(offsets)
 
-    def one_file(p: int) -> None:
+def _check_frame(data, k: int, path: str, off: int, verify: bool) -> int:
+    """The record length of the frame at ``data[k:]`` (checked, without copying)."""
+    from tpudata.errors import CorruptRecordError, TruncatedRecordError
+    from tpudata.tfrecord.framing import masked_crc32c
+
+    if len(data) < k + 12:
+        raise TruncatedRecordError(f"truncated record at {off}", path, off)
+    (length,) = struct.unpack_from("<Q", data, k)
+    mv = memoryview(data)
+    if verify and masked_crc32c(mv[k : k + 8]) != struct.unpack_from("<I", data, k + 8)[0]:
+        raise CorruptRecordError(f"corrupted record at {off}", path, off)
+    if len(data) < k + 16 + length:
+        raise TruncatedRecordError(f"truncated record at {off}", path, off)
+    if verify and masked_crc32c(mv[k + 12 : k + 12 + length]) != struct.unpack_from(
+            "<I", data, k + 12 + length)[0]:
+        raise CorruptRecordError(f"corrupted record at {off + 12}", path, off + 12)
+    return length
+
+
+def read_frames(paths: list, pid: np.ndarray, offsets: np.ndarray,
+                verify: bool = True) -> RecordColumn:
+    """The records whose TFRecord frames start at ``offsets`` in ``paths[pid]``, as a column
+    over the read buffers (random access; no per-record copies).
+
+    Offsets are deduplicated and sorted per file, and nearby frames are read in one request.
+    """
+    buffers: list = []
+    sources: list = []
+    n = len(offsets)
+    buf_idx = np.zeros(n, np.int32)
+    rec_off = np.zeros(n, np.int64)
+    rec_len = np.zeros(n, np.int64)
+
+    def one_file(p: int) -> list:
         where = np.flatnonzero(pid == p)
-        where = where[np.argsort(offsets[where], kind="stable")]
+        uniq = np.unique(offsets[where])
+        runs = []  # (data, start, {frame offset: record length})
         with storage.open_read(paths[p]) as f:
-            for i in where.tolist():
-                off = int(offsets[i])
-                f.seek(off)
-                head = f.read(12)
-                length = struct.unpack_from("<Q", head, 0)[0] if len(head) >= 8 else 0
-                out[i] = _decode_frame(head + f.read(length + 4), paths[p], off, verify)
+            i = 0
+            while i < len(uniq):
+                j = i + 1
+                while (j < len(uniq) and uniq[j] - uniq[j - 1] <= GAP_BYTES
+                       and uniq[j] - uniq[i] <= RUN_BYTES):
+                    j += 1
+                start, last = int(uniq[i]), int(uniq[j - 1])
+                f.seek(start)
+                data = f.read(last + TAIL_BYTES - start)  # the last frame too, usually
+                if len(data) >= last + 12 - start:
+                    (n_last,) = struct.unpack_from("<Q", data, last - start)
+                    missing = last + 16 + n_last - start - len(data)
+                    if missing > 0:
+                        data += f.read(missing)
+                lengths = {off: _check_frame(data, off - start, paths[p], off, verify)
+                           for off in uniq[i:j].tolist()}
+                runs.append((data, start, lengths))
+                i = j
+        return runs
 
     used = np.unique(pid).tolist()
     if len(used) <= 1 or all(storage.is_local(paths[p]) for p in used):
-        for p in used:
-            one_file(p)
+        results = [one_file(p) for p in used]
     else:  # remote files: a few at once
         with cf.ThreadPoolExecutor(min(8, len(used)), thread_name_prefix="tpudata-shuffle") as ex:
-            list(ex.map(one_file, used))
-    return out
+            results = list(ex.map(one_file, used))
+    for p, runs in zip(used, results):
+        where = np.flatnonzero(pid == p)
+        for data, start, lengths in runs:
+            b = len(buffers)
+            buffers.append(data)
+            sources.append((paths[p], start))
+            for i in where.tolist():
+                off = int(offsets[i])
+                if off in lengths:
+                    buf_idx[i], rec_off[i], rec_len[i] = b, off - start + 12, lengths[off]
+    return RecordColumn(buffers, sources, buf_idx if len(buffers) > 1 else None, rec_off, rec_len)
 
 
 class _ShuffleIterator(BlockIterator):
@@ -310,7 +365,7 @@ class _ShuffleIterator(BlockIterator):
         offsets = np.asarray(origin["offsets"], dtype=np.int64)
         records = read_frames(list(origin["paths"]), pid, offsets)
         where = Origin(origin["kind"], tuple(origin["paths"]), pid, offsets)
-        block = Block(LEAF, [RecordColumn.from_bytes(records)], n)
+        block = Block(LEAF, [records], n)
         if origin["kind"] == "parsed":
             parse = getattr(self.ds.input, "_parse_block", None)
             if parse is None:
