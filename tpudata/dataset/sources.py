@@ -294,9 +294,6 @@ def TFRecordDataset(filenames, compression_type: str | None = None,
     def one(name) -> Dataset:  # parallel reads: each file already has its own thread
         return _TFRecordFiles(_names(name), *opts)
 
-    def one_ahead(name) -> Dataset:
-        return _TFRecordFiles(_names(name), *opts, read_ahead_bytes=read_ahead_bytes)
-
     if isinstance(filenames, Dataset):
         files_ds = filenames
     else:
@@ -304,8 +301,8 @@ def TFRecordDataset(filenames, compression_type: str | None = None,
         if not num_parallel_reads or num_parallel_reads == 1 or len(files) == 1:
             return _TFRecordFiles(files, *opts, read_ahead_bytes=read_ahead_bytes)
         files_ds = FileListDataset(files)
-    if not num_parallel_reads:
-        return files_ds.interleave(one_ahead, cycle_length=1, block_length=1)
+    if not num_parallel_reads:  # one reader thread, reused from file to file
+        return files_ds.interleave(one, cycle_length=1, block_length=1, num_parallel_calls=1)
     k = os.cpu_count() or 2 if num_parallel_reads == AUTOTUNE else int(num_parallel_reads)
     return files_ds.interleave(one, cycle_length=k, block_length=1, num_parallel_calls=k,
                                deterministic=True)
