@@ -154,3 +154,22 @@ def test_compressed_records_are_carried_in_the_state(tmp_path):
     assert "elements" in json.dumps(state)
     rest = list(TFRecordDataset(gz).shuffle(10, seed=1).iterator(state))
     assert first + rest == outputs(TFRecordDataset(gz).shuffle(10, seed=1))
+
+
+def test_large_carried_buffers_spill_beside_the_checkpoint(tmp_path):
+    import json
+
+    def big(x):
+        return np.full(4096, x, np.float64)  # 32 KB per element
+
+    def make():
+        return Dataset.range(300).map(big).shuffle(100, seed=4, spill_url=str(tmp_path / "ckpt"),
+                                                   spill_bytes=1 << 20)
+
+    it = make().iterator()
+    first = [int(next(it)[0]) for _ in range(10)]
+    text = json.dumps(it.get_state())
+    assert len(text) < 10_000 and "spilled" in text  # 3.2 MB of elements went to a file
+    assert 1 <= len(list((tmp_path / "ckpt").iterdir())) <= 2  # the buffer (and pending output)
+    rest = [int(e[0]) for e in make().iterator(json.loads(text))]
+    assert first + rest == [int(e[0]) for e in make()]

@@ -171,11 +171,18 @@ class Dataset:
         return RepeatDataset(self, count)
 
     def shuffle(self, buffer_size: int, seed: int | None = None,
-                reshuffle_each_iteration: bool = True) -> "Dataset":
-        """tf.data's buffered shuffle: fill ``buffer_size`` elements, emit one at random, refill."""
+                reshuffle_each_iteration: bool = True, *, spill_url: str | None = None,
+                spill_bytes: int = 16 << 20) -> "Dataset":
+        """tf.data's buffered shuffle: fill ``buffer_size`` elements, emit one at random, refill.
+
+        Checkpoints name buffered TFRecord records by file and offset; other buffered elements
+        are carried in the state, or - above ``spill_bytes`` with ``spill_url`` set (e.g. the
+        checkpoint's directory) - written to a file there that the state names.
+        """
         from tpudata.dataset.shuffle import ShuffleDataset
 
-        return ShuffleDataset(self, buffer_size, seed, reshuffle_each_iteration)
+        return ShuffleDataset(self, buffer_size, seed, reshuffle_each_iteration,
+                              spill_url=spill_url, spill_bytes=spill_bytes)
 
     def interleave(self, map_func: Callable, cycle_length: int | None = None, block_length: int = 1,
                    num_parallel_calls: int | None = None, deterministic: bool | None = None):

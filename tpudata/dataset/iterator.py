@@ -109,6 +109,9 @@ class BlockIterator:
     """
 
     want = 1
+    # True for stages that never return more than ``want`` elements: a Cursor over one then
+    # consumes every block whole and needs no snapshot before it (snapshots can be costly)
+    exact_want = False
 
     def next(self) -> Block | None:
         raise NotImplementedError
@@ -144,7 +147,7 @@ class Cursor:
         while self.block is None or self.pos >= self.block.n:
             if self.done:
                 return False
-            self.before = self.it.get_state()
+            self.before = None if self.it.exact_want else self.it.get_state()
             self.base = 0
             self.it.want = want
             self.block = self.it.next()
@@ -195,9 +198,11 @@ class Cursor:
         return self.block.n - self.pos
 
     def get_state(self) -> dict:
-        if self.block is not None and self.pos >= self.block.n:
+        if (self.block is not None and self.pos >= self.block.n) or self.before is None:
             # the block is used up: the input's own position is exact, with nothing to replay
             # (this keeps states exact over inputs that are not deterministic)
+            if self.block is not None and self.pos < self.block.n:
+                raise RuntimeError(f"{type(self.it).__name__} returned more elements than asked")
             return {"before": self.it.get_state(), "pos": 0, "done": False}
         return {"before": self.before, "pos": self.base + self.pos,
                 "done": self.done and self.block is None}

@@ -178,7 +178,8 @@ def parse_dataset(input_ds: Dataset, features, num_parallel_calls=None) -> Datas
     if isinstance(input_ds, ShuffleDataset):
         inner = parse_dataset(input_ds.input, features, num_parallel_calls)
         return ShuffleDataset(inner, input_ds.buffer_size, input_ds.seed,
-                              input_ds.reshuffle_each_iteration)
+                              input_ds.reshuffle_each_iteration, spill_url=input_ds.spill_url,
+                              spill_bytes=input_ds.spill_bytes)
     return ParseDataset(input_ds, features, num_parallel_calls)
 
 

@@ -1,5 +1,6 @@
 """repeat: the dataset ``count`` times (forever when None); each epoch reshuffles.
 
+>>> from tpudata.dataset import Dataset
 >>> [int(x) for x in Dataset.range(3).repeat(2)]
 [0, 1, 2, 0, 1, 2]
 """

@@ -1,5 +1,6 @@
 """shard: keep every ``num_shards``-th element, starting at ``index`` (shard files by host first).
 
+>>> from tpudata.dataset import Dataset
 >>> [int(x) for x in Dataset.range(10).shard(3, 1)]
 [1, 4, 7]
 """

@@ -17,22 +17,27 @@ again (random access); otherwise the state carries the elements themselves, as t
 from __future__ import annotations
 
 import concurrent.futures as cf
+import pickle
 import secrets
 import struct
+import weakref
 
 import numpy as np
 
 from tpudata import storage
 from tpudata.dataset.base import BlockIterator, Cursor, Dataset
-from tpudata.dataset.block import LEAF, Block, Origin, RecordColumn, as_column
+from tpudata.dataset.block import LEAF, Block, Origin, RecordColumn, as_column, leaf_nbytes
 from tpudata.dataset.nest import tree_from_json, tree_to_json
 from tpudata.example.parse import VarLenValues
 
 
 class ShuffleDataset(Dataset):
     def __init__(self, input_ds: Dataset, buffer_size: int, seed: int | None = None,
-                 reshuffle_each_iteration: bool = True):
+                 reshuffle_each_iteration: bool = True, *, spill_url: str | None = None,
+                 spill_bytes: int = 16 << 20):
         super().__init__()
+        self.spill_url = None if not spill_url else str(spill_url).rstrip("/")
+        self.spill_bytes = int(spill_bytes)
         if int(buffer_size) < 1:
             raise ValueError(f"shuffle buffer_size must be >= 1, not {buffer_size}")
         self.input = input_ds
@@ -161,7 +166,43 @@ def read_frames(paths: list, pid: np.ndarray, offsets: np.ndarray,
     return RecordColumn(buffers, sources, buf_idx if len(buffers) > 1 else None, rec_off, rec_len)
 
 
+class _Named:
+    """Buffered records in a state, by (file, frame offset); copied on write."""
+
+    def __init__(self, kind: str, paths: list, arrays: list):
+        self.kind, self.paths, self.arrays = kind, paths, arrays
+
+    def freeze(self) -> None:
+        self.arrays = [a.copy() for a in self.arrays]
+
+    def __jsonable__(self) -> dict:
+        return {"kind": self.kind, "paths": self.paths, "pid": self.arrays[0],
+                "offsets": self.arrays[1]}
+
+
+class _Carried:
+    """Buffered elements in a state: JSON when checkpointed, or a file above ``spill_bytes``."""
+
+    def __init__(self, saved: dict, leaves: list, spill_url: str | None, spill_bytes: int):
+        self.saved, self.leaves = saved, leaves
+        self.spill_url, self.spill_bytes = spill_url, spill_bytes
+
+    def freeze(self) -> None:
+        self.leaves = [c.copy() for c in self.leaves]
+
+    def __jsonable__(self) -> dict:
+        if self.spill_url and sum(leaf_nbytes(c) for c in self.leaves) > self.spill_bytes:
+            url = storage.join(self.spill_url, f"shuffle-buffer-{secrets.token_hex(8)}.pkl")
+            storage.makedirs(self.spill_url)
+            with storage.open_atomic(url) as f:
+                f.write(pickle.dumps(self.leaves, protocol=pickle.HIGHEST_PROTOCOL))
+            return {**self.saved, "spilled": url}
+        return {**self.saved, "cols": self.leaves}
+
+
 class _ShuffleIterator(BlockIterator):
+    exact_want = True  # hands out exactly the elements asked for (no snapshot before a block)
+
     def __init__(self, ds: ShuffleDataset, ctx):
         self.ds = ds
         self.size = ds.buffer_size
@@ -182,6 +223,7 @@ class _ShuffleIterator(BlockIterator):
         self.count_in = 0
         self.phase = "fill"
         self.drain_pos = 0
+        self._live = weakref.WeakSet()  # state snapshots that are views of the buffer
         self.pending: list | None = None  # output of the last steady step not yet returned
         self.pending_pos = 0
         self.pending_n = 0
@@ -271,6 +313,12 @@ class _ShuffleIterator(BlockIterator):
                 return out
             return None
 
+    def _freeze(self) -> None:
+        """Copy the snapshots still referenced before the buffer changes in place."""
+        for snap in list(self._live):
+            snap.freeze()
+        self._live = weakref.WeakSet()
+
     def _steady(self, block: Block) -> list:
         k = block.n
         cols = self._convert(block)
@@ -290,6 +338,7 @@ class _ShuffleIterator(BlockIterator):
             out[from_buf] = buf[picks[from_buf]]
             out[~from_buf] = c[prev[~from_buf]]
             out_cols.append(out)
+        self._freeze()
         last = np.empty(k, dtype=bool)
         last[-1] = True
         last[:-1] = sp[1:] != sp[:-1]
@@ -310,20 +359,36 @@ class _ShuffleIterator(BlockIterator):
         """Elements ``lo:hi`` of ``cols``: named by origin, or carried."""
         if self.track:
             nl = self.nleaves
-            return {"origin": {"kind": self.origin_kind, "paths": list(self.paths),
-                               "pid": cols[nl][lo:hi].copy(), "offsets": cols[nl + 1][lo:hi].copy()}}
-        return {"elements": {"tree": tree_to_json(self.tree),
-                             "kinds": [_kind_to_json(k) for k in self.kinds],
-                             "cols": [c[lo:hi].copy() for c in cols[: self.nleaves]]}}
+            snap = _Named(self.origin_kind, list(self.paths), [cols[nl][lo:hi], cols[nl + 1][lo:hi]])
+            self._live.add(snap)
+            return {"origin": snap}
+        # views, not copies: a snapshot still referenced (e.g. by a prefetch queue) is copied
+        # just before the buffer changes (_freeze); JSON (or a spill file) only at checkpoints
+        leaves = [c[lo:hi] for c in cols[: self.nleaves]]
+        saved = {"tree": tree_to_json(self.tree), "kinds": [_kind_to_json(k) for k in self.kinds]}
+        snap = _Carried(saved, leaves, self.ds.spill_url, self.ds.spill_bytes)
+        self._live.add(snap)
+        return {"elements": snap}
 
     def _decode(self, saved: dict, n: int) -> list:
         if "origin" in saved:
-            return self._convert(self._reread(saved["origin"], n))
+            origin = saved["origin"]
+            if isinstance(origin, _Named):
+                origin = origin.__jsonable__()
+            return self._convert(self._reread(origin, n))
         elements = saved["elements"]
-        self.tree = tree_from_json(elements["tree"])
-        self.kinds = [_kind_from_json(k) for k in elements["kinds"]]
+        if isinstance(elements, _Carried):
+            saved = elements.saved
+        else:
+            saved = elements
+        self.tree = tree_from_json(saved["tree"])
+        self.kinds = [_kind_from_json(k) for k in saved["kinds"]]
         self.nleaves = len(self.kinds)
         self.track = False
+        if isinstance(elements, _Carried):  # an internal snapshot (same process)
+            return [c.copy() for c in elements.leaves]
+        if "spilled" in elements:
+            return pickle.loads(storage.read_bytes(elements["spilled"]))
         return [np.asarray(c) if not isinstance(c, np.ndarray) else c for c in elements["cols"]]
 
     def get_state(self):

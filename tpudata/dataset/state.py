@@ -9,7 +9,13 @@ import numpy as np
 
 
 def jsonable(obj: Any) -> Any:
-    """State with numpy values and bytes turned into JSON types."""
+    """State with numpy values and bytes turned into JSON types.
+
+    An object with a ``__jsonable__()`` method (e.g. a shuffle buffer that may spill to a file)
+    is turned into JSON only here, when the user takes a checkpoint.
+    """
+    if hasattr(obj, "__jsonable__"):
+        return jsonable(obj.__jsonable__())
     if isinstance(obj, dict):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

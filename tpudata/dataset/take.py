@@ -1,5 +1,6 @@
 """take and skip: the first ``count`` elements, or all but them (negative: all / none).
 
+>>> from tpudata.dataset import Dataset
 >>> [int(x) for x in Dataset.range(10).skip(3).take(4)]
 [3, 4, 5, 6]
 """
