@@ -71,7 +71,8 @@ class CacheDataset(Dataset):
         if info is not None:
             return _ReplayIterator(self, info)
         if self._writer_path is not None:
-            ctx = IterContext(self._writer_path, ctx.in_background, ctx.stop, ctx._on_stop)
+            ctx = IterContext(self._writer_path, ctx.in_background, ctx.stop, ctx._on_stop,
+                              ctx.origins)
         return _CachingIterator(self, ctx)
 
     def cardinality(self):
@@ -219,7 +220,8 @@ class _CachingIterator(BlockIterator):
             self.input_it.close()
             path = tuple(state["path"] or self.path)
             self.input_it = self.ds.input._make_iterator(
-                IterContext(path, self.ctx.in_background, self.ctx.stop, self.ctx._on_stop))
+                IterContext(path, self.ctx.in_background, self.ctx.stop, self.ctx._on_stop,
+                            self.ctx.origins))
             cursor = Cursor(self.input_it)
             cursor.set_state({"before": self.input_it.get_state(), "pos": int(state["element"])})
             self.input_it = _CursorAsIterator(cursor)

@@ -208,7 +208,7 @@ class _ShuffleIterator(BlockIterator):
         self.size = ds.buffer_size
         self.seed = ds._seed
         self.path = ctx.path if ds.reshuffle_each_iteration else ()
-        self.input_it = ds.input._make_iterator(ctx)
+        self.input_it = ds.input._make_iterator(ctx.with_origins())
         self.cursor = Cursor(self.input_it)
         self._reset()
 

@@ -246,7 +246,8 @@ class _TFRecordFiles(_RecordFilesDataset):
         return self._count
 
     def _make_iterator(self, ctx):
-        it = _FilesIterator(self.files, self._open)
+        origins = ctx.origins
+        it = _FilesIterator(self.files, lambda path, offset: self._open(path, offset, origins))
         if self.read_ahead_bytes > 0 and not ctx.in_background:  # a few read buffers ahead
             from tpudata.dataset.prefetch import PrefetchIterator
 
@@ -254,11 +255,11 @@ class _TFRecordFiles(_RecordFilesDataset):
                                     name="tpudata-readahead", ctx=ctx)
         return it
 
-    def _open(self, path, offset):
+    def _open(self, path, offset, origins: bool = False):
         reader = TFRecordFileReader(path, start_offset=offset, **self.options)
         try:
             for batch in reader:
-                yield Block.of_records(batch, reader.compression == ""), batch.end_offset
+                yield Block.of_records(batch, origins and reader.compression == ""), batch.end_offset
         finally:
             reader.close()
 
