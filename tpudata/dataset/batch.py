@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from tpudata.dataset.base import INFINITE, UNKNOWN, BlockIterator, Cursor, Dataset
+from tpudata.dataset.iterator import BLOCK_WANT
 from tpudata.dataset.block import Block, RecordColumn, leaf_concat, leaf_items
 from tpudata.dataset.nest import flatten, map_structure, unflatten
 from tpudata.example.parse import VarLenValues
@@ -300,6 +301,7 @@ class _UnbatchIterator(BlockIterator):
         self.input_it = input_it
 
     def next(self):
+        self.input_it.want = BLOCK_WANT  # whole batches: as many as there are
         block = self.input_it.next()
         if block is None:
             return None

@@ -192,6 +192,7 @@ class _CachingIterator(BlockIterator):
         self.replay_path: list | None = None  # re-running the pass that wrote a lost cache
 
     def next(self):
+        self.input_it.want = self.want  # pass the consumer's demand on
         block = self.input_it.next()
         if block is None:
             if self.writer is not None:

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from tpudata.dataset.base import BlockIterator, Cursor, Dataset
+from tpudata.dataset.iterator import BLOCK_WANT
 
 AUTOTUNE = -1
 
@@ -72,6 +73,7 @@ class _BlockMapIterator(BlockIterator):
         if self.input_done:
             return False
         before = self.input_it.get_state()
+        self.input_it.want = BLOCK_WANT  # block-level work: whole blocks
         block = self.input_it.next()
         if block is None:
             self.input_done = True

@@ -105,6 +105,7 @@ def wait_for(cond: threading.Condition, ready, ctx: IterContext | None, local_st
 
 
 DEFAULT_WANT = 64  # elements asked for when a consumer takes "the rest of a block"
+BLOCK_WANT = 8192  # what block-level stages (parse, unbatch, read-ahead) ask of their input
 
 
 class BlockIterator:

@@ -13,7 +13,7 @@ import logging
 import threading
 
 from tpudata.dataset.base import BlockIterator, Dataset
-from tpudata.dataset.iterator import Cursor, wait_for
+from tpudata.dataset.iterator import BLOCK_WANT, Cursor, wait_for
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +81,7 @@ class PrefetchIterator(BlockIterator):
                     block = self.cursor.next_block(room)
                     after = self.cursor.get_state()
                 else:
+                    self.input_it.want = BLOCK_WANT
                     block = self.input_it.next()
                     after = self.input_it.get_state()
                 with self.cond:

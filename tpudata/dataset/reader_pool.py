@@ -15,7 +15,7 @@ import itertools
 import logging
 import threading
 
-from tpudata.dataset.iterator import BlockIterator, IterContext, wait_for
+from tpudata.dataset.iterator import DEFAULT_WANT, BlockIterator, IterContext, wait_for
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +111,7 @@ class PooledReader(BlockIterator):
         """Read blocks while there is room (one task per file for small files), then yield."""
         while True:
             try:
+                self.it.want = DEFAULT_WANT  # a sub-dataset may run user code: modest blocks
                 block = self.it.next()
                 after = self.it.get_state()
                 item = (_END if block is None else block, after,

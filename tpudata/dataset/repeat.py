@@ -38,6 +38,7 @@ class _RepeatIterator(BlockIterator):
 
     def next(self):
         while self.it is not None:
+            self.it.want = self.want  # pass the consumer's demand on
             block = self.it.next()
             if block is not None:
                 self.produced = True
