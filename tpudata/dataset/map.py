@@ -136,7 +136,10 @@ class _MapIterator(BlockIterator):
             self.results = self._results()
         rows = []
         tree = None
-        for _ in range(max(1, self.want)):
+        stop = self.ctx.stop
+        for k in range(max(1, self.want)):
+            if k and stop.is_set():  # closing: no more user calls than the one running
+                break
             try:
                 pos, out = next(self.results)
             except StopIteration:
