@@ -173,3 +173,13 @@ def test_large_carried_buffers_spill_beside_the_checkpoint(tmp_path):
     assert 1 <= len(list((tmp_path / "ckpt").iterdir())) <= 2  # the buffer (and pending output)
     rest = [int(e[0]) for e in make().iterator(json.loads(text))]
     assert first + rest == [int(e[0]) for e in make()]
+
+
+def test_shuffle_under_repeat_hands_out_blocks_not_single_elements():
+    # the consumer's demand travels through repeat: batching after shuffle().repeat() must not
+    # pull one element at a time (that made shuffle(1000).repeat(2).batch(1000) 100x slower)
+    it = Dataset.range(5000).shuffle(100, seed=1).repeat(2).iterator()
+    sizes = []
+    while (block := it.next_block()) is not None:
+        sizes.append(block.n)
+    assert sum(sizes) == 10_000 and len(sizes) < 10_000 / 32

@@ -97,7 +97,7 @@ class _MapIterator(BlockIterator):
     def _start(self, skip) -> None:
         self.mapper = None
         self.results = None
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.book: dict = {}  # fed position -> (input element number p, input state before it)
         self.fed = 0
         self.p = 0  # input elements read since the restore point
@@ -105,18 +105,22 @@ class _MapIterator(BlockIterator):
         self.out_p: set = set(int(s) for s in skip)  # input numbers delivered (or to skip)
 
     def _feed(self):
-        """Input elements as ``(p, element)``, recording where each one starts."""
+        """Input elements as ``(p, element)``, recording where each one starts.
+
+        Runs wherever the executor pulls its input (the consumer's thread for ThreadMapper, maybe
+        a feeder thread for a process pool): the lock keeps get_state() consistent with it.
+        """
         while True:
-            state = self.cursor.get_state()
-            try:
-                element = self.cursor.next_element()
-            except StopIteration:
-                return
-            p = self.p
-            self.p += 1
-            if p in self.out_p:  # delivered before the checkpoint (deterministic=False)
-                continue
             with self.lock:
+                state = self.cursor.get_state()
+                try:
+                    element = self.cursor.next_element()
+                except StopIteration:
+                    return
+                p = self.p
+                self.p += 1
+                if p in self.out_p:  # delivered before the checkpoint (deterministic=False)
+                    continue
                 self.book[self.fed] = (p, state)
                 self.fed += 1
             yield p, element
