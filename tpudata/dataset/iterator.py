@@ -76,6 +76,13 @@ class IterContext:
         if self.stop.is_set():
             callback()
 
+    def off_stop(self, callback) -> None:
+        """Forget a callback given to :meth:`on_stop` (its owner closed on its own)."""
+        try:
+            self._on_stop.remove(callback)
+        except ValueError:
+            pass
+
     def request_stop(self) -> None:
         """Set ``stop`` and run the registered callbacks (from any thread)."""
         self._on_stop.insert(0, time.monotonic() + CLOSE_WAIT_SECONDS)  # shared join deadline

@@ -196,6 +196,7 @@ class _MapIterator(BlockIterator):
                 pass
         if self.mapper is not None:
             self.mapper.close()
+            self.ctx.off_stop(self.mapper.close)
             self.mapper = None
         self.results = None
 
