@@ -110,6 +110,8 @@ class BatchDataset(Dataset):
 
 
 class _BatchIterator(BlockIterator):
+    exact_want = True  # never more elements than asked for
+
     def __init__(self, ds: BatchDataset, input_it: BlockIterator):
         self.ds = ds
         self.input_it = input_it
@@ -249,6 +251,8 @@ def _pad_to(values: list, shape, fill, dtype) -> np.ndarray:
 
 
 class _PaddedBatchIterator(BlockIterator):
+    exact_want = True  # never more elements than asked for
+
     def __init__(self, ds: PaddedBatchDataset, input_it):
         self.ds = ds
         self.input_it = input_it

@@ -48,6 +48,8 @@ def _truth(value, op: str) -> bool:
 
 
 class _FilterIterator(BlockIterator):
+    exact_want = True  # never more elements than asked for
+
     def __init__(self, ds: FilterDataset, input_it: BlockIterator):
         self.ds = ds
         self.input_it = input_it

@@ -224,6 +224,7 @@ class _ShuffleIterator(BlockIterator):
         self.phase = "fill"
         self.drain_pos = 0
         self._live = weakref.WeakSet()  # state snapshots that are views of the buffer
+        self._saved = None  # get_state() since the last step
         self.pending: list | None = None  # output of the last steady step not yet returned
         self.pending_pos = 0
         self.pending_n = 0
@@ -271,6 +272,7 @@ class _ShuffleIterator(BlockIterator):
 
     # -- iteration -------------------------------------------------------------------------------
     def next(self):
+        self._saved = None  # the state changes
         want = max(1, self.want)
         if self.pending is not None:  # hand out the last step's output as asked for
             lo = self.pending_pos
@@ -392,6 +394,11 @@ class _ShuffleIterator(BlockIterator):
         return [np.asarray(c) if not isinstance(c, np.ndarray) else c for c in elements["cols"]]
 
     def get_state(self):
+        if self._saved is None:  # asked again and again between steps: computed once
+            self._saved = self._state()
+        return self._saved
+
+    def _state(self):
         lo, hi = (self.drain_pos, self.fill) if self.phase == "drain" else (0, self.fill)
         state = {"seed": self.seed, "phase": self.phase, "rng": self.rng.bit_generator.state,
                  "count_in": self.count_in, "input": self.cursor.get_state(), "n": hi - lo}
