@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
 import tpudata
-from tpudata.dataset import Dataset, TFRecordDataset
+from tpudata.dataset import Dataset, FixedLengthRecordDataset, TextLineDataset, TFRecordDataset
 from tpudata.tfrecord import reader as reader_module
 from tests.dataset.helpers import SPEC, check_restore_everywhere, write_shards
 
@@ -17,9 +19,61 @@ def shards(tmp_path, monkeypatch):
     return write_shards(tmp_path / "data", 4, [23, 17, 30, 9])
 
 
+def _text_and_fixed(tmp_path):
+    """Text and fixed-length files, plain and GZIP/ZLIB, that tiny buffers split oddly."""
+    import gzip
+    import zlib
+
+    d = tmp_path / "misc"
+    d.mkdir(exist_ok=True)
+    lines = b"".join(b"line %d %s\n" % (i, b"x" * (i % 11)) for i in range(40)) + b"no newline"
+    body = bytes(range(256)) * 3  # 768 bytes: 96 records of 8
+    fixed = b"HEAD!" + body + b"FOOT"
+    files = {}
+    for name, data in (("t.txt", lines), ("f.bin", fixed)):
+        for comp, enc in (("", lambda b: b), ("GZIP", gzip.compress), ("ZLIB", zlib.compress)):
+            p = d / f"{comp or 'plain'}-{name}"
+            p.write_bytes(enc(data))
+            files[(name, comp)] = str(p)
+    return files
+
+
 def _pipelines(shards, tmp_path):
     pattern = str(tmp_path / "data" / "train-*")
+    misc = _text_and_fixed(tmp_path)
+    gz = [p + ".gz" for p in shards]
+    for p, q in zip(shards, gz):
+        tpudata.write_records(q, list(tpudata.TFRecordDataset(p)), compression="GZIP") \
+            if not os.path.exists(q) else None
+    zl = str(tmp_path / "data.zlib")
+    if not os.path.exists(zl):
+        tpudata.write_records(zl, list(TFRecordDataset(shards[0])), compression="ZLIB")
     return {
+        **{f"text_{c or 'plain'}_{b}": (lambda c=c, b=b: TextLineDataset(
+            misc[("t.txt", c)], compression_type=c or None, buffer_size=b))
+           for c in ("", "GZIP", "ZLIB") for b in (5, 64)},
+        **{f"fixed_{c or 'plain'}_{b}": (lambda c=c, b=b: FixedLengthRecordDataset(
+            misc[("f.bin", c)], 8, header_bytes=5, footer_bytes=4, buffer_size=b,
+            compression_type=c or None)) for c in ("", "GZIP", "ZLIB") for b in (3, 20)},
+        "tfrecord_gzip": lambda: TFRecordDataset(gz, compression_type="GZIP"),
+        "tfrecord_zlib": lambda: TFRecordDataset(zl, compression_type="ZLIB"),
+        "tfrecord_gzip_parallel": lambda: TFRecordDataset(gz, num_parallel_reads=2),
+        "nested_interleave": lambda: Dataset.range(3).interleave(
+            lambda i: Dataset.range(2).interleave(
+                lambda j: Dataset.range(5).map(lambda x, i=i, j=j: x + 100 * i + 10 * j),
+                cycle_length=2, block_length=3), cycle_length=2, block_length=2),
+        "flat_map": lambda: Dataset.range(6).flat_map(lambda x: Dataset.range(int(x))),
+        "parallel_map_batch": lambda: Dataset.range(37).map(lambda x: x * 2, num_parallel_calls=3)
+        .batch(5).unbatch().filter(lambda x: x % 3 != 0),
+        "text_map_shuffle": lambda: TextLineDataset(misc[("t.txt", "")], buffer_size=9)
+        .map(lambda s: len(s)).shuffle(7, seed=2),
+        "cache_memory": lambda: Dataset.range(12).map(lambda x: x + 1).cache().repeat(2),
+        "zip_text_fixed": lambda: Dataset.zip((TextLineDataset(misc[("t.txt", "GZIP")], buffer_size=6),
+                                               FixedLengthRecordDataset(misc[("f.bin", "")], 8, 5, 4,
+                                                                        buffer_size=11))),
+        "repeat_take_skip": lambda: Dataset.range(7).repeat(3).skip(4).take(12),
+        "prefetch_map": lambda: Dataset.range(30).map(lambda x: x * x, num_parallel_calls=2)
+        .prefetch(3),
         "range": lambda: Dataset.range(40),
         "slices": lambda: Dataset.from_tensor_slices({"a": np.arange(30), "b": np.arange(30.0)}),
         "tfrecord": lambda: TFRecordDataset(shards),
@@ -48,7 +102,13 @@ def _pipelines(shards, tmp_path):
     }
 
 
-NAMES = ["range", "slices", "tfrecord", "parallel_reads", "interleave", "shard", "take_skip",
+MORE = [f"text_{c}_{b}" for c in ("plain", "GZIP", "ZLIB") for b in (5, 64)] + [
+    f"fixed_{c}_{b}" for c in ("plain", "GZIP", "ZLIB") for b in (3, 20)] + [
+    "tfrecord_gzip", "tfrecord_zlib", "tfrecord_gzip_parallel", "nested_interleave", "flat_map",
+    "parallel_map_batch", "text_map_shuffle", "cache_memory", "zip_text_fixed",
+    "repeat_take_skip", "prefetch_map"]
+
+NAMES = MORE + ["range", "slices", "tfrecord", "parallel_reads", "interleave", "shard", "take_skip",
          "shuffle", "shuffle_unseeded", "shuffle_repeat", "map_filter", "zip", "batch",
          "batch_then_parse", "pad", "padded_batch", "unbatch", "cache_file", "prefetch",
          "full_pipeline"]
@@ -77,7 +137,8 @@ def test_state_mentions_file_offsets_and_seeds(shards):
     for _ in range(12):
         next(it)
     state = json.dumps(it.get_state())
-    assert '"offset"' in state and '"seed": 5' in state and '"held"' in state
+    assert '"offset"' in state and '"seed": 5' in state and '"offsets"' in state
+    assert '"elements"' not in state  # records of plain files are named, not carried
     it.close()
 
 

@@ -1,23 +1,20 @@
-"""Dataset and iterator protocol.
+"""The fluent :class:`Dataset`: an immutable, picklable description of a pipeline.
 
-A :class:`Dataset` is an immutable description of a pipeline (tf.data's model). Iterating it
-builds a chain of :class:`BlockIterator` objects that pass :class:`Block` runs of elements
-downstream. Every block iterator can report its position with ``get_state()`` and return to it
-with ``set_state()``; :class:`Cursor` turns "state before the current block + offset in it" into a
-position at any element. :class:`Iterator` is what users get: it yields elements and exposes
-JSON-serialisable ``get_state()`` / ``set_state()``.
+Iterating it builds a chain of iterators (:mod:`tpudata.dataset.iterator`); each op lives in its
+own module and is imported lazily by the method that builds it.
 """
 
 from __future__ import annotations
 
-import base64
 import logging
+import pickle
 import threading
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
-from tpudata.dataset.block import Block
+from tpudata.dataset.iterator import BlockIterator, Cursor, IterContext, Iterator
+from tpudata.dataset.state import from_jsonable, jsonable
 
 logger = logging.getLogger(__name__)
 
@@ -25,229 +22,30 @@ INFINITE = -1
 UNKNOWN = -2
 
 
-class IterContext:
-    """Identifies one iteration of a (sub)pipeline: seeds are derived from ``path``.
-
-    The top-level iteration number, repeat epochs and interleave slots each add a component, so
-    ``shuffle(reshuffle_each_iteration=True)`` reshuffles for every epoch deterministically.
-    """
-
-    __slots__ = ("path", "in_background")
-
-    def __init__(self, path: tuple = (), in_background: bool = False):
-        self.path = tuple(int(p) for p in path)
-        # True when a caller already runs this (sub)pipeline in its own thread, so sources
-        # need not start read-ahead threads of their own
-        self.in_background = in_background
-
-    def child(self, k: int, in_background: bool | None = None) -> "IterContext":
-        flag = self.in_background if in_background is None else in_background
-        return IterContext(self.path + (int(k),), flag)
-
-
-class BlockIterator:
-    """One stage of a running pipeline. ``next()`` returns a Block, or None at the end."""
-
-    def next(self) -> Block | None:
-        raise NotImplementedError
-
-    def get_state(self) -> dict:
-        raise NotImplementedError
-
-    def set_state(self, state: dict) -> None:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """Stop background work and release resources (children included)."""
-
-
-class Cursor:
-    """Element-granular reading from a BlockIterator, with a restorable position."""
-
-    def __init__(self, it: BlockIterator):
-        self.it = it
-        self.block: Block | None = None
-        self.pos = 0
-        self.before = it.get_state()
-        self.done = False
-
-    def _fill(self) -> bool:
-        while self.block is None or self.pos >= self.block.n:
-            if self.done:
-                return False
-            self.before = self.it.get_state()
-            self.block = self.it.next()
-            self.pos = 0
-            if self.block is None:
-                self.done = True
-                return False
-        return True
-
-    def next_block(self, limit: int | None = None) -> Block | None:
-        """The rest of the current block (at most ``limit`` elements), or None at the end."""
-        if not self._fill():
-            return None
-        end = self.block.n if limit is None else min(self.block.n, self.pos + limit)
-        out = self.block.slice(self.pos, end)
-        self.pos = end
-        return out
-
-    def take(self, n: int) -> Block | None:
-        """Up to ``n`` elements, across blocks; None when nothing is left."""
-        parts = []
-        need = n
-        while need > 0:
-            b = self.next_block(need)
-            if b is None:
-                break
-            parts.append(b)
-            need -= b.n
-        if not parts:
-            return None
-        return Block.concat(parts)
-
-    def available(self) -> int:
-        """Elements left in the current block (fetching one if needed); 0 at the end."""
-        if not self._fill():
-            return 0
-        return self.block.n - self.pos
-
-    def get_state(self) -> dict:
-        return {"before": self.before, "pos": self.pos, "done": self.done and self.block is None}
-
-    def set_state(self, state: dict) -> None:
-        self.it.set_state(state["before"])
-        self.before = state["before"]
-        self.block = None
-        self.done = False
-        self.pos = 0
-        skip = int(state["pos"])
-        if skip:
-            self.block = self.it.next()
-            if self.block is None or self.block.n < skip:
-                raise ValueError("checkpoint does not match the data: a block is shorter than saved")
-            self.pos = skip
-
-
-def jsonable(obj: Any) -> Any:
-    """State with numpy values and bytes turned into JSON types."""
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return {"__array__": obj.tolist(), "dtype": str(obj.dtype)}
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, bytes):
-        return {"__bytes__": base64.b64encode(obj).decode("ascii")}
-    return obj
-
-
-def from_jsonable(obj: Any) -> Any:
-    """Inverse of :func:`jsonable`."""
-    if isinstance(obj, dict):
-        if "__array__" in obj:
-            return np.array(obj["__array__"], dtype=obj["dtype"])
-        if "__bytes__" in obj:
-            return base64.b64decode(obj["__bytes__"])
-        return {k: from_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [from_jsonable(v) for v in obj]
-    return obj
-
-
-class Iterator:
-    """Iterates a Dataset element by element (elements are numpy values / bytes / structures).
-
-    Checkpoint with ``state = it.get_state()`` (JSON-serialisable) and resume with
-    ``ds.iterator(state)`` or ``it.set_state(state)``. ``close()`` (or leaving a ``with`` block, or
-    garbage collection) stops and joins every background thread of the pipeline.
-    """
-
-    def __init__(self, dataset: "Dataset", iteration: int, state: dict | None = None):
-        self._dataset = dataset
-        self._iteration = iteration
-        self._it = dataset._make_iterator(IterContext((iteration,)))
-        self._cursor = Cursor(self._it)
-        self._items: list | None = None
-        self._item_pos = 0
-        self._closed = False
-        if state is not None:
-            self.set_state(state)
-
-    def __iter__(self) -> "Iterator":
-        return self
-
-    def __next__(self):
-        if self._items is not None and self._item_pos < len(self._items):
-            item = self._items[self._item_pos]
-            self._item_pos += 1
-            self._cursor.pos += 1
-            return item
+def picklable_function(fn: Callable, what: str):
+    """``fn`` ready for pickling: itself, or cloudpickle's bytes for a lambda / local function."""
+    try:
+        pickle.dumps(fn)
+        return fn
+    except Exception as exc:  # lambdas, closures, local functions
         try:
-            block = self._peek_block()
-        except StopIteration:
-            raise
-        except BaseException:
-            self.close()  # an iterator that raised is finished: stop its threads now
-            raise
-        if block is None:
-            raise StopIteration
-        self._items = list(block.elements())
-        self._item_pos = 1
-        self._cursor.pos += 1
-        return self._items[0]
+            import cloudpickle
+        except ImportError:
+            raise pickle.PicklingError(
+                f"{what} {getattr(fn, '__qualname__', fn)!r} cannot be pickled ({exc}); a Dataset "
+                "sent to a worker process needs module-level functions: define it with def at "
+                "module level (or install cloudpickle, which tpudata then uses)") from None
+        return _CloudPickled(cloudpickle.dumps(fn))
 
-    def _peek_block(self) -> Block | None:
-        """The unconsumed rest of the current block, without advancing the cursor."""
-        if self._closed:
-            raise StopIteration
-        if not self._cursor._fill():
-            return None
-        c = self._cursor
-        return c.block.slice(c.pos, c.block.n)
 
-    def next_block(self) -> Block | None:
-        """The rest of the current block (batch-level consumers); None at the end."""
-        self._items = None
-        if self._closed:
-            return None
-        try:
-            return self._cursor.next_block()
-        except BaseException:
-            self.close()
-            raise
+class _CloudPickled:
+    """A function carried as cloudpickle bytes; unpickles back into the function."""
 
-    def get_state(self) -> dict:
-        return jsonable({"iteration": self._iteration, "cursor": self._cursor.get_state()})
+    def __init__(self, payload: bytes):
+        self.payload = payload
 
-    def set_state(self, state: dict) -> None:
-        state = from_jsonable(state)
-        if int(state["iteration"]) != self._iteration:
-            self._it.close()
-            self._iteration = int(state["iteration"])
-            self._it = self._dataset._make_iterator(IterContext((self._iteration,)))
-            self._cursor = Cursor(self._it)
-        self._items = None
-        self._cursor.set_state(state["cursor"])
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._it.close()
-
-    def __enter__(self) -> "Iterator":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # pragma: no cover - interpreter shutdown
-            pass
+    def __reduce__(self):
+        return (pickle.loads, (self.payload,))
 
 
 class Dataset:
@@ -258,9 +56,23 @@ class Dataset:
     [(3,), (3,), (3,)]
     """
 
+    _functions: tuple = ()  # attributes holding user functions (pickled specially)
+
     def __init__(self):
         self._lock = threading.Lock()
         self._iterations = 0
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        del state["_lock"]  # a copy counts its iterations on from here
+        for name in self._functions:
+            if state.get(name) is not None:
+                state[name] = picklable_function(state[name], f"{type(self).__name__}'s function")
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     # -- running ---------------------------------------------------------------------------------
     def _make_iterator(self, ctx: IterContext) -> BlockIterator:
@@ -286,6 +98,10 @@ class Dataset:
     def cardinality(self) -> int:
         """Number of elements; ``INFINITE`` (-1) or ``UNKNOWN`` (-2) as in tf.data."""
         return UNKNOWN
+
+    def _spec(self):
+        """This op's declared element spec from its input's (None: it cannot say)."""
+        return None
 
     @property
     def element_spec(self):
@@ -317,66 +133,96 @@ class Dataset:
         return RangeDataset(*args, dtype=dtype)
 
     @staticmethod
-    def list_files(pattern, shuffle: bool = False, seed: int | None = None, **storage_options):
+    def list_files(pattern, shuffle: bool = False, seed: int | None = None,
+                   storage_options: dict | None = None, **unknown):
         """Files matching ``pattern`` (a glob or list of globs), sorted like TF's MatchingFiles."""
         from tpudata.dataset.sources import list_files
 
-        return list_files(pattern, shuffle, seed, **storage_options)
+        return list_files(pattern, shuffle, seed, storage_options, **unknown)
 
     @staticmethod
     def zip(datasets) -> "Dataset":
         """Elements are tuples (or dicts) of the datasets' elements, until the shortest ends."""
-        from tpudata.dataset.transforms import ZipDataset
+        from tpudata.dataset.zip import ZipDataset
 
         return ZipDataset(datasets)
 
     # -- transformations -------------------------------------------------------------------------
     def shard(self, num_shards: int, index: int) -> "Dataset":
         """Keep elements ``i`` with ``i % num_shards == index`` (shard files by host first)."""
-        from tpudata.dataset.transforms import ShardDataset
+        from tpudata.dataset.shard import ShardDataset
 
         return ShardDataset(self, num_shards, index)
 
     def take(self, count: int) -> "Dataset":
-        from tpudata.dataset.transforms import TakeDataset
+        from tpudata.dataset.take import TakeDataset
 
         return TakeDataset(self, count)
 
     def skip(self, count: int) -> "Dataset":
-        from tpudata.dataset.transforms import SkipDataset
+        from tpudata.dataset.take import SkipDataset
 
         return SkipDataset(self, count)
 
     def repeat(self, count: int | None = None) -> "Dataset":
         """Repeat the dataset ``count`` times (forever when None); each epoch reshuffles."""
-        from tpudata.dataset.transforms import RepeatDataset
+        from tpudata.dataset.repeat import RepeatDataset
 
         return RepeatDataset(self, count)
 
     def shuffle(self, buffer_size: int, seed: int | None = None,
-                reshuffle_each_iteration: bool = True) -> "Dataset":
-        """tf.data's buffered shuffle: fill ``buffer_size`` elements, emit one at random, refill."""
+                reshuffle_each_iteration: bool = True, *, spill_url: str | None = None,
+                spill_bytes: int = 16 << 20) -> "Dataset":
+        """tf.data's buffered shuffle: fill ``buffer_size`` elements, emit one at random, refill.
+
+        Checkpoints name buffered TFRecord records by file and offset; other buffered elements
+        are carried in the state, or - above ``spill_bytes`` with ``spill_url`` set (e.g. the
+        checkpoint's directory) - written to a file there that the state names.
+        """
         from tpudata.dataset.shuffle import ShuffleDataset
 
-        return ShuffleDataset(self, buffer_size, seed, reshuffle_each_iteration)
+        return ShuffleDataset(self, buffer_size, seed, reshuffle_each_iteration,
+                              spill_url=spill_url, spill_bytes=spill_bytes)
 
     def interleave(self, map_func: Callable, cycle_length: int | None = None, block_length: int = 1,
                    num_parallel_calls: int | None = None, deterministic: bool | None = None):
-        """tf.data's interleave: ``cycle_length`` datasets in turn, ``block_length`` at a time."""
+        """tf.data's interleave: ``cycle_length`` datasets in turn, ``block_length`` at a time.
+
+        ``num_parallel_calls`` reads the open datasets in background threads; with
+        ``deterministic=False`` elements come from whichever dataset has one ready first.
+        """
         from tpudata.dataset.interleave import InterleaveDataset
 
         return InterleaveDataset(self, map_func, cycle_length, block_length, num_parallel_calls,
                                  deterministic)
 
-    def map(self, map_func: Callable, num_parallel_calls: int | None = None,
-            deterministic: bool | None = None) -> "Dataset":
-        """Apply ``map_func`` to every element (tuples are unpacked into arguments, as in TF)."""
-        from tpudata.dataset.transforms import MapDataset
+    def flat_map(self, map_func: Callable) -> "Dataset":
+        """Concatenate the datasets ``map_func`` returns for each element (called on demand)."""
+        from tpudata.dataset.interleave import InterleaveDataset
 
-        return MapDataset(self, map_func, num_parallel_calls)
+        return InterleaveDataset(self, map_func, 1, 1, None, None)
+
+    def map(self, map_func: Callable, num_parallel_calls: int | None = None,
+            deterministic: bool | None = None, *, output_signature=None,
+            use_processes: bool = False) -> "Dataset":
+        """Apply ``map_func`` to every element (tuples are unpacked into arguments, as in TF).
+
+        The function is called element by element, only for elements the consumer asks for.
+        ``num_parallel_calls=N`` (or ``AUTOTUNE``: one per core) runs up to N calls at once on
+        threads (for work that releases the GIL: decoding, numpy); ``use_processes=True`` runs
+        them in spawned worker processes instead (Python that holds the GIL; needs picklable,
+        module-level functions). ``deterministic=False`` yields results as they complete.
+        ``output_signature`` (a structure of TensorSpec) declares the output spec (otherwise
+        ``element_spec`` traces the function on dummy elements); outputs that disagree raise.
+        """
+        from tpudata.dataset.map import MapDataset
+
+        return MapDataset(self, map_func, num_parallel_calls, deterministic,
+                          output_signature=output_signature, use_processes=use_processes)
 
     def filter(self, predicate: Callable) -> "Dataset":
-        from tpudata.dataset.transforms import FilterDataset
+        """Keep the elements for which ``predicate`` returns True (called element by element)."""
+        from tpudata.dataset.filter import FilterDataset
 
         return FilterDataset(self, predicate)
 
@@ -386,7 +232,7 @@ class Dataset:
         Before ``batch`` each element becomes ``{name: value}``; after ``batch`` each batch is
         parsed whole (``tf.io.parse_example``). Either way the parser sees whole blocks.
         """
-        from tpudata.dataset.transforms import parse_dataset
+        from tpudata.dataset.parse import parse_dataset
 
         return parse_dataset(self, features, num_parallel_calls)
 
@@ -431,3 +277,7 @@ class Dataset:
     def apply(self, fn: Callable[["Dataset"], "Dataset"]) -> "Dataset":
         return fn(self)
 
+
+# Cursor, IterContext, Iterator and the JSON helpers are re-exported for the op modules
+__all__ = ["BlockIterator", "Cursor", "Dataset", "INFINITE", "IterContext", "Iterator", "UNKNOWN",
+           "from_jsonable", "jsonable", "picklable_function"]

@@ -17,8 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 from tpudata.dataset.base import INFINITE, UNKNOWN, BlockIterator, Cursor, Dataset
+from tpudata.dataset.iterator import BLOCK_WANT
 from tpudata.dataset.block import Block, RecordColumn, leaf_concat, leaf_items
-from tpudata.dataset.nest import flatten, unflatten
+from tpudata.dataset.nest import flatten, map_structure, unflatten
 from tpudata.example.parse import VarLenValues
 
 
@@ -85,6 +86,20 @@ class BatchDataset(Dataset):
     def _make_iterator(self, ctx):
         return _BatchIterator(self, self.input._make_iterator(ctx))
 
+    def _spec(self):
+        from tpudata.dataset.spec import TensorSpec, _batched, _static
+
+        inner = _static(self.input)
+        if inner is None:
+            return None
+        dim = self.batch_size if (self.drop_remainder or self.pad_remainder) else None
+        out = map_structure(lambda s: _batched(s, dim), inner)
+        if self.pad_remainder:
+            target = out[0] if isinstance(out, tuple) else out
+            if isinstance(target, dict):
+                target[self.mask_key] = TensorSpec((dim,), np.dtype(np.float32))
+        return out
+
     def cardinality(self):
         if self.num_batches is not None:
             return self.num_batches
@@ -95,6 +110,8 @@ class BatchDataset(Dataset):
 
 
 class _BatchIterator(BlockIterator):
+    exact_want = True  # never more elements than asked for
+
     def __init__(self, ds: BatchDataset, input_it: BlockIterator):
         self.ds = ds
         self.input_it = input_it
@@ -234,6 +251,8 @@ def _pad_to(values: list, shape, fill, dtype) -> np.ndarray:
 
 
 class _PaddedBatchIterator(BlockIterator):
+    exact_want = True  # never more elements than asked for
+
     def __init__(self, ds: PaddedBatchDataset, input_it):
         self.ds = ds
         self.input_it = input_it
@@ -286,6 +305,7 @@ class _UnbatchIterator(BlockIterator):
         self.input_it = input_it
 
     def next(self):
+        self.input_it.want = BLOCK_WANT  # whole batches: as many as there are
         block = self.input_it.next()
         if block is None:
             return None

@@ -6,12 +6,16 @@ the next input element's dataset in the same slot. With TF's documented example 
 block 4, inputs 1..5 each repeated 6 times) the result is 1111 2222 11 22 3333 4444 33 44 5555 55.
 
 When every slot holds at least ``block_length`` buffered elements, many whole rounds are emitted
-at once with one index gather (no per-element Python). ``num_parallel_calls`` runs each open
-sub-dataset in its own background thread; the order stays deterministic.
+at once with one index gather (no per-element Python). ``num_parallel_calls`` reads the open
+sub-datasets on a bounded pool of reader threads (:mod:`tpudata.dataset.reader_pool`), and
+opens the next ``cycle_length`` input elements' datasets ahead, so many small files cost no
+thread each. The order stays TensorFlow's unless ``deterministic=False``: then, when the
+current slot has nothing ready, the next slot (in cycle order) that has elements ready is read.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 
@@ -19,7 +23,8 @@ import numpy as np
 
 from tpudata.dataset.base import BlockIterator, Cursor, Dataset, from_jsonable, jsonable
 from tpudata.dataset.block import Block
-from tpudata.dataset.prefetch import PrefetchIterator
+from tpudata.dataset.iterator import wait_for
+from tpudata.dataset.reader_pool import PooledReader, ReaderPool
 
 logger = logging.getLogger(__name__)
 
@@ -44,20 +49,35 @@ class InterleaveDataset(Dataset):
         self.block_length = int(block_length)
         threads = num_parallel_calls
         self.parallel = bool(threads) and threads != 0
+        self.threads = 0
+        if self.parallel:
+            n = cpus if int(threads) == AUTOTUNE else int(threads)
+            if n < 1:
+                raise ValueError(f"num_parallel_calls must be >= 1, None or AUTOTUNE, not {threads}")
+            self.threads = min(n, self.cycle_length)
         self.deterministic = True if deterministic is None else bool(deterministic)
+
+    _functions = ("fn",)
 
     def _make_iterator(self, ctx):
         return _InterleaveIterator(self, ctx)
 
+    def _spec(self):
+        """Traced: the function is called on dummy elements and its dataset's spec read."""
+        from tpudata.dataset.spec import traced_spec
+
+        return traced_spec(self.fn, self.input, "interleave", returns_dataset=True)
+
 
 class _Slot:
-    __slots__ = ("index", "element", "it", "cursor")
+    __slots__ = ("index", "element", "it", "cursor", "saved_element")
 
     def __init__(self, index, element, it):
         self.index = index
         self.element = element
         self.it = it
         self.cursor = Cursor(it)
+        self.saved_element = jsonable(element)  # for get_state, computed once
 
 
 class _InterleaveIterator(BlockIterator):
@@ -71,6 +91,10 @@ class _InterleaveIterator(BlockIterator):
         self.block_index = 0
         self.end_of_input = False
         self.opened = 0  # input elements turned into sub-datasets so far
+        self.pool = ReaderPool(ds.threads, ctx) if ds.parallel else None
+        # parallel mode: datasets of the next input elements, opened ahead:
+        # (slot, input cursor state before its element)
+        self.ahead: collections.deque = collections.deque()
 
     # -- slots -----------------------------------------------------------------------------------
     def _open(self, index: int, element) -> _Slot:
@@ -80,9 +104,36 @@ class _InterleaveIterator(BlockIterator):
             raise TypeError(f"interleave's function must return a Dataset, not {type(sub).__name__}")
         it = sub._make_iterator(self.ctx.child(index, in_background=self.ds.parallel or None))
         if self.ds.parallel:  # two blocks (read buffers) ahead per open sub-dataset
-            it = PrefetchIterator(it, max_elements=2, max_bytes=64 << 20, min_blocks=2,
-                                  name=f"tpudata-interleave-{index}")
+            it = PooledReader(it, self.pool, max_blocks=2, max_bytes=64 << 20)
         return _Slot(index, element, it)
+
+    def _pull(self) -> _Slot | None:
+        """The next input element's slot: opened ahead, or opened now; None at the end."""
+        if self.ahead:
+            return self.ahead.popleft()[0]
+        if self.end_of_input:
+            return None
+        block = self.input.next_block(1)
+        if block is None:
+            self.end_of_input = True
+            return None
+        slot = self._open(self.opened, next(block.elements()))
+        self.opened += 1
+        return slot
+
+    def _open_ahead(self) -> None:
+        """Open the next input elements' datasets (files open in the pool meanwhile)."""
+        while len(self.ahead) < self.ds.cycle_length and not self.end_of_input:
+            before = self.input.get_state()
+            block = self.input.next_block(1)
+            if block is None:
+                self.end_of_input = True
+                return
+            slot = self._open(self.opened, next(block.elements()))
+            self.opened += 1
+            slot.it.max_blocks = 1  # one read buffer until it is in the cycle
+            slot.it.start()
+            self.ahead.append((slot, before))
 
     def _close_slot(self, k: int) -> None:
         slot = self.slots[k]
@@ -102,26 +153,54 @@ class _InterleaveIterator(BlockIterator):
         """
         C = self.ds.cycle_length
         for i in range(C):
-            if self.end_of_input:
-                return
+            if self.end_of_input and not self.ahead:
+                break
             k = (self.cycle_index + i) % C
             if self.slots[k] is None:
-                block = self.input.next_block(1)
-                if block is None:
-                    self.end_of_input = True
-                    return
-                self.slots[k] = self._open(self.opened, next(block.elements()))
-                self.opened += 1
-                self.slots[k].it.start()
+                slot = self._pull()
+                if slot is None:
+                    break
+                slot.it.max_blocks = 2
+                slot.it.start()
+                self.slots[k] = slot
+        self._open_ahead()
 
     # -- iteration -------------------------------------------------------------------------------
+    def _ready(self, slot: _Slot) -> bool:
+        c = slot.cursor
+        return (c.block is not None and c.pos < c.block.n) or slot.it.ready()
+
+    def _pick_ready(self) -> None:
+        """deterministic=False: move to the first slot (in cycle order) with elements ready."""
+        C = self.ds.cycle_length
+        while True:
+            for i in range(C):
+                k = (self.cycle_index + i) % C
+                slot = self.slots[k]
+                if slot is not None and self._ready(slot):
+                    if i:
+                        self.cycle_index, self.block_index = k, 0
+                    return
+            if all(s is None for s in self.slots):
+                return
+            for slot in self.slots:
+                if slot is not None:
+                    slot.it.start()  # make sure every open slot is reading
+            with self.pool.cond:  # nothing ready anywhere: wait for the first read to finish
+                wait_for(self.pool.cond, lambda: any(
+                    s is not None and s.it.ready() for s in self.slots), self.ctx)
+
     def next(self):
+        free = self.ds.parallel and not self.ds.deterministic
         while True:
             if self.ds.parallel:
                 self._fill_slots()
-            fast = self._rounds()
-            if fast is not None:
-                return fast
+            if free:
+                self._pick_ready()
+            if not free or all(s is None or self._ready(s) for s in self.slots):
+                fast = self._rounds()
+                if fast is not None:
+                    return fast
             k = self.cycle_index
             slot = self.slots[k]
             if slot is not None:
@@ -189,15 +268,25 @@ class _InterleaveIterator(BlockIterator):
             if slot is None:
                 slots.append(None)
             else:
-                slots.append({"index": slot.index, "element": jsonable(slot.element),
+                slots.append({"index": slot.index, "element": slot.saved_element,
                               "cursor": slot.cursor.get_state()})
+        if self.ahead:  # datasets opened ahead are opened again after a restore
+            first, before = self.ahead[0]
+            return {"input": before, "cycle_index": self.cycle_index,
+                    "block_index": self.block_index, "end_of_input": False,
+                    "opened": first.index, "slots": slots}
         return {"input": self.input.get_state(), "cycle_index": self.cycle_index,
                 "block_index": self.block_index, "end_of_input": self.end_of_input,
                 "opened": self.opened, "slots": slots}
 
+    def _close_ahead(self) -> None:
+        while self.ahead:
+            self.ahead.popleft()[0].it.close()
+
     def set_state(self, state):
         for k in range(len(self.slots)):
             self._close_slot(k)
+        self._close_ahead()
         self.input.set_state(state["input"])
         self.cycle_index = int(state["cycle_index"])
         self.block_index = int(state["block_index"])
@@ -216,4 +305,7 @@ class _InterleaveIterator(BlockIterator):
     def close(self):
         for k in range(len(self.slots)):
             self._close_slot(k)
+        self._close_ahead()
+        if self.pool is not None:
+            self.pool.close()
         self.input_it.close()

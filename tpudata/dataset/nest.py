@@ -99,3 +99,30 @@ def leaf_paths(tree: Tree, prefix: str = "") -> list[str]:
     for name, child in zip(names, tree.children):
         out += leaf_paths(child, f"{prefix}/{name}" if prefix else str(name))
     return out
+
+
+def tree_to_json(tree: Tree):
+    """A JSON form of ``tree`` (namedtuples are saved by their module and name)."""
+    if tree.kind == "leaf":
+        return "*"
+    kind = tree.kind
+    if not isinstance(kind, str):
+        kind = f"namedtuple:{kind.__module__}:{kind.__qualname__}"
+    return {"kind": kind, "keys": None if tree.keys is None else list(tree.keys),
+            "children": [tree_to_json(c) for c in tree.children]}
+
+
+def tree_from_json(obj) -> Tree:
+    """Inverse of :func:`tree_to_json`."""
+    if obj == "*":
+        return LEAF
+    kind = obj["kind"]
+    if kind.startswith("namedtuple:"):
+        import importlib
+
+        _, module, name = kind.split(":", 2)
+        kind = importlib.import_module(module)
+        for part in name.split("."):
+            kind = getattr(kind, part)
+    keys = None if obj["keys"] is None else tuple(obj["keys"])
+    return Tree(kind, keys, [tree_from_json(c) for c in obj["children"]])

@@ -1,8 +1,9 @@
-"""prefetch: produce blocks in a background thread.
+"""prefetch: produce elements in a background thread.
 
 The producer thread puts ``(block, state_after, error)`` on a bounded buffer (bounded in
 elements and in bytes), so checkpoint state and errors travel with the data and surface in the
-consumer's thread, with the producer's traceback. ``close()`` stops and joins the thread.
+consumer's thread, with the producer's traceback. ``prefetch(n)`` holds at most ``n`` elements:
+larger input blocks are cut to fit. ``close()`` stops and joins the thread.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 import threading
 
 from tpudata.dataset.base import BlockIterator, Dataset
+from tpudata.dataset.iterator import BLOCK_WANT, Cursor, wait_for
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +30,13 @@ class PrefetchDataset(Dataset):
         self.max_bytes = int(max_bytes)
 
     def _make_iterator(self, ctx):
-        return PrefetchIterator(self.input._make_iterator(ctx), self.buffer_size, self.max_bytes)
+        return PrefetchIterator(self.input._make_iterator(ctx), self.buffer_size, self.max_bytes,
+                                ctx=ctx, split=True)
+
+    def _spec(self):
+        from tpudata.dataset.spec import _static
+
+        return _static(self.input)
 
     def cardinality(self):
         return self.input.cardinality()
@@ -38,8 +46,12 @@ class PrefetchIterator(BlockIterator):
     """Runs ``input_it`` in a thread, at most ``max_elements`` / ``max_bytes`` ahead."""
 
     def __init__(self, input_it: BlockIterator, max_elements: int = 2, max_bytes: int = 256 << 20,
-                 name: str = "tpudata-prefetch", min_blocks: int = 1):
+                 name: str = "tpudata-prefetch", min_blocks: int = 1, ctx=None,
+                 split: bool = False):
         self.input_it = input_it
+        self.ctx = ctx
+        # split: read through a Cursor so that at most max_elements elements are held
+        self.cursor = Cursor(input_it) if split else None
         self.min_blocks = max(1, min_blocks)  # blocks allowed ahead even past max_elements
         self.max_elements = max(1, max_elements)
         self.max_bytes = max_bytes
@@ -50,7 +62,7 @@ class PrefetchIterator(BlockIterator):
         self.bytes = 0
         self.stop = False
         self.thread: threading.Thread | None = None
-        self.state = input_it.get_state()  # consumer-side position
+        self.state = self.cursor.get_state() if split else input_it.get_state()  # consumer side
         self.finished = False
 
     # -- producer --------------------------------------------------------------------------------
@@ -58,14 +70,20 @@ class PrefetchIterator(BlockIterator):
         try:
             while True:
                 with self.cond:
-                    while not self.stop and len(self.items) >= self.min_blocks and (
+                    while not self._stopping() and len(self.items) >= self.min_blocks and (
                         self.elements >= self.max_elements or self.bytes >= self.max_bytes
                     ):
-                        self.cond.wait()
-                    if self.stop:
+                        self.cond.wait(0.1)
+                    if self._stopping():
                         return
-                block = self.input_it.next()
-                after = self.input_it.get_state()
+                    room = max(1, self.max_elements - self.elements)
+                if self.cursor is not None:
+                    block = self.cursor.next_block(room)
+                    after = self.cursor.get_state()
+                else:
+                    self.input_it.want = BLOCK_WANT
+                    block = self.input_it.next()
+                    after = self.input_it.get_state()
                 with self.cond:
                     if self.stop:
                         return
@@ -82,6 +100,9 @@ class PrefetchIterator(BlockIterator):
             with self.cond:
                 self.items.append((exc, None, None))
                 self.cond.notify_all()
+
+    def _stopping(self) -> bool:
+        return self.stop or (self.ctx is not None and self.ctx.stop.is_set())
 
     def _start(self):
         self.stop = False
@@ -105,8 +126,7 @@ class PrefetchIterator(BlockIterator):
         if self.thread is None:
             self._start()
         with self.cond:
-            while not self.items:
-                self.cond.wait()
+            wait_for(self.cond, lambda: self.items, self.ctx)
             item, after, nbytes = self.items.popleft()
             if isinstance(item, BaseException):
                 self.finished = True
@@ -126,7 +146,10 @@ class PrefetchIterator(BlockIterator):
 
     def set_state(self, state):
         self._shutdown()
-        self.input_it.set_state(state)
+        if self.cursor is not None:
+            self.cursor.set_state(state)
+        else:
+            self.input_it.set_state(state)
         self.state = state
         self.finished = False
 
@@ -135,7 +158,9 @@ class PrefetchIterator(BlockIterator):
             with self.cond:
                 self.stop = True
                 self.cond.notify_all()
-            self.thread.join()
+            budget = None if self.ctx is None else self.ctx.join_budget()
+            # closing: a producer inside a long user function ends on its own, soon after
+            self.thread.join(budget)
             self.thread = None
         with self.cond:
             self.items.clear()

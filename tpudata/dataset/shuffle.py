@@ -1,4 +1,4 @@
-"""tf.data's buffered shuffle, computed a block at a time.
+"""tf.data's buffered shuffle, computed a block at a time, with exact and small checkpoints.
 
 The algorithm is TensorFlow's: fill a buffer with ``buffer_size`` elements; then for every new
 input element pick a uniformly random slot, emit its element and put the new one in its place;
@@ -6,27 +6,38 @@ when the input ends, emit what is left in random order. :class:`_ShuffleIterator
 whole input block per step with numpy and produces exactly what the element-by-element loop would
 for the same random picks.
 
-Checkpoints stay small: instead of the buffered elements, the state holds which input positions
-the buffer holds, the random generator's state and an earlier input position to replay from
-(restoring re-reads the input from there). This needs a deterministic input pipeline.
+Checkpoints never replay the input, so they are exact even over inputs that are not
+deterministic (a random ``map``/``filter`` upstream): the state holds the input's current
+position, the random generator and the buffered elements. When the buffered elements are
+records of plain TFRecord files (or Examples parsed from them), the state names them by
+(file, byte offset) - about 16 bytes per element - and a restore reads just those records
+again (random access); otherwise the state carries the elements themselves, as tf.data does.
 """
 
 from __future__ import annotations
 
-import collections
+import concurrent.futures as cf
+import pickle
 import secrets
+import struct
+import weakref
 
 import numpy as np
 
+from tpudata import storage
 from tpudata.dataset.base import BlockIterator, Cursor, Dataset
-from tpudata.dataset.block import Block, RecordColumn, as_column
+from tpudata.dataset.block import LEAF, Block, Origin, RecordColumn, as_column, leaf_nbytes
+from tpudata.dataset.nest import tree_from_json, tree_to_json
 from tpudata.example.parse import VarLenValues
 
 
 class ShuffleDataset(Dataset):
     def __init__(self, input_ds: Dataset, buffer_size: int, seed: int | None = None,
-                 reshuffle_each_iteration: bool = True):
+                 reshuffle_each_iteration: bool = True, *, spill_url: str | None = None,
+                 spill_bytes: int = 16 << 20):
         super().__init__()
+        self.spill_url = None if not spill_url else str(spill_url).rstrip("/")
+        self.spill_bytes = int(spill_bytes)
         if int(buffer_size) < 1:
             raise ValueError(f"shuffle buffer_size must be >= 1, not {buffer_size}")
         self.input = input_ds
@@ -41,6 +52,11 @@ class ShuffleDataset(Dataset):
 
     def cardinality(self):
         return self.input.cardinality()
+
+    def _spec(self):
+        from tpudata.dataset.spec import _static
+
+        return _static(self.input)
 
 
 def _to_buffer(col):
@@ -60,13 +76,139 @@ def _from_buffer(col, kind):
     return col
 
 
+def _kind_to_json(kind):
+    return kind if kind is None or kind == "records" else [kind[0], str(kind[1])]
+
+
+def _kind_from_json(obj):
+    return obj if obj is None or obj == "records" else (obj[0], np.dtype(obj[1]))
+
+
+GAP_BYTES = 4 << 20  # frames closer than this are read in one request
+RUN_BYTES = 64 << 20
+TAIL_BYTES = 1 << 20  # read past the last frame's start, so one request usually covers it
+
+
+def _check_frame(data, k: int, path: str, off: int, verify: bool) -> int:
+    """The record length of the frame at ``data[k:]`` (checked, without copying)."""
+    from tpudata.errors import CorruptRecordError, TruncatedRecordError
+    from tpudata.tfrecord.framing import masked_crc32c
+
+    if len(data) < k + 12:
+        raise TruncatedRecordError(f"truncated record at {off}", path, off)
+    (length,) = struct.unpack_from("<Q", data, k)
+    mv = memoryview(data)
+    if verify and masked_crc32c(mv[k : k + 8]) != struct.unpack_from("<I", data, k + 8)[0]:
+        raise CorruptRecordError(f"corrupted record at {off}", path, off)
+    if len(data) < k + 16 + length:
+        raise TruncatedRecordError(f"truncated record at {off}", path, off)
+    if verify and masked_crc32c(mv[k + 12 : k + 12 + length]) != struct.unpack_from(
+            "<I", data, k + 12 + length)[0]:
+        raise CorruptRecordError(f"corrupted record at {off + 12}", path, off + 12)
+    return length
+
+
+def read_frames(paths: list, pid: np.ndarray, offsets: np.ndarray,
+                verify: bool = True) -> RecordColumn:
+    """The records whose TFRecord frames start at ``offsets`` in ``paths[pid]``, as a column
+    over the read buffers (random access; no per-record copies).
+
+    Offsets are deduplicated and sorted per file, and nearby frames are read in one request.
+    """
+    buffers: list = []
+    sources: list = []
+    n = len(offsets)
+    buf_idx = np.zeros(n, np.int32)
+    rec_off = np.zeros(n, np.int64)
+    rec_len = np.zeros(n, np.int64)
+
+    def one_file(p: int) -> list:
+        where = np.flatnonzero(pid == p)
+        uniq = np.unique(offsets[where])
+        runs = []  # (data, start, {frame offset: record length})
+        with storage.open_read(paths[p]) as f:
+            i = 0
+            while i < len(uniq):
+                j = i + 1
+                while (j < len(uniq) and uniq[j] - uniq[j - 1] <= GAP_BYTES
+                       and uniq[j] - uniq[i] <= RUN_BYTES):
+                    j += 1
+                start, last = int(uniq[i]), int(uniq[j - 1])
+                f.seek(start)
+                data = f.read(last + TAIL_BYTES - start)  # the last frame too, usually
+                if len(data) >= last + 12 - start:
+                    (n_last,) = struct.unpack_from("<Q", data, last - start)
+                    missing = last + 16 + n_last - start - len(data)
+                    if missing > 0:
+                        data += f.read(missing)
+                lengths = {off: _check_frame(data, off - start, paths[p], off, verify)
+                           for off in uniq[i:j].tolist()}
+                runs.append((data, start, lengths))
+                i = j
+        return runs
+
+    used = np.unique(pid).tolist()
+    if len(used) <= 1 or all(storage.is_local(paths[p]) for p in used):
+        results = [one_file(p) for p in used]
+    else:  # remote files: a few at once
+        with cf.ThreadPoolExecutor(min(8, len(used)), thread_name_prefix="tpudata-shuffle") as ex:
+            results = list(ex.map(one_file, used))
+    for p, runs in zip(used, results):
+        where = np.flatnonzero(pid == p)
+        for data, start, lengths in runs:
+            b = len(buffers)
+            buffers.append(data)
+            sources.append((paths[p], start))
+            for i in where.tolist():
+                off = int(offsets[i])
+                if off in lengths:
+                    buf_idx[i], rec_off[i], rec_len[i] = b, off - start + 12, lengths[off]
+    return RecordColumn(buffers, sources, buf_idx if len(buffers) > 1 else None, rec_off, rec_len)
+
+
+class _Named:
+    """Buffered records in a state, by (file, frame offset); copied on write."""
+
+    def __init__(self, kind: str, paths: list, arrays: list):
+        self.kind, self.paths, self.arrays = kind, paths, arrays
+
+    def freeze(self) -> None:
+        self.arrays = [a.copy() for a in self.arrays]
+
+    def __jsonable__(self) -> dict:
+        return {"kind": self.kind, "paths": self.paths, "pid": self.arrays[0],
+                "offsets": self.arrays[1]}
+
+
+class _Carried:
+    """Buffered elements in a state: JSON when checkpointed, or a file above ``spill_bytes``."""
+
+    def __init__(self, saved: dict, leaves: list, spill_url: str | None, spill_bytes: int):
+        self.saved, self.leaves = saved, leaves
+        self.spill_url, self.spill_bytes = spill_url, spill_bytes
+
+    def freeze(self) -> None:
+        self.leaves = [c.copy() for c in self.leaves]
+
+    def __jsonable__(self) -> dict:
+        if self.spill_url and sum(leaf_nbytes(c) for c in self.leaves) > self.spill_bytes:
+            url = storage.join(self.spill_url, f"shuffle-buffer-{secrets.token_hex(8)}.pkl")
+            storage.makedirs(self.spill_url)
+            with storage.open_atomic(url) as f:
+                f.write(pickle.dumps(self.leaves, protocol=pickle.HIGHEST_PROTOCOL))
+            return {**self.saved, "spilled": url}
+        return {**self.saved, "cols": self.leaves}
+
+
 class _ShuffleIterator(BlockIterator):
+    exact_want = True  # hands out exactly the elements asked for (no snapshot before a block)
+
     def __init__(self, ds: ShuffleDataset, ctx):
         self.ds = ds
         self.size = ds.buffer_size
         self.seed = ds._seed
         self.path = ctx.path if ds.reshuffle_each_iteration else ()
-        self.input_it = ds.input._make_iterator(ctx)
+        self.input_it = ds.input._make_iterator(ctx.with_origins())
         self.cursor = Cursor(self.input_it)
         self._reset()
 
@@ -75,13 +217,21 @@ class _ShuffleIterator(BlockIterator):
             np.random.PCG64(np.random.SeedSequence(self.seed, spawn_key=self.path)))
         self.tree = None
         self.kinds: list = []
-        self.cols: list = []  # buffer columns, capacity self.size
-        self.src = np.empty(0, dtype=np.int64)  # input position of each buffered element
+        self.nleaves = 0
+        self.cols: list = []  # buffer columns (capacity self.size), then 2 origin columns
         self.fill = 0
         self.count_in = 0
         self.phase = "fill"
         self.drain_pos = 0
-        self.snapshots: collections.deque = collections.deque()
+        self._live = weakref.WeakSet()  # state snapshots that are views of the buffer
+        self._saved = None  # get_state() since the last step
+        self.pending: list | None = None  # output of the last steady step not yet returned
+        self.pending_pos = 0
+        self.pending_n = 0
+        self.track: bool | None = None  # whether buffered elements carry their origin
+        self.origin_kind = None
+        self.paths: list = []
+        self.path_ids: dict = {}
 
     # -- buffer helpers --------------------------------------------------------------------------
     def _convert(self, block: Block):
@@ -91,30 +241,49 @@ class _ShuffleIterator(BlockIterator):
             cols.append(c)
             kinds.append(k)
         if self.tree is None:
-            self.tree, self.kinds = block.tree, kinds
+            self.tree, self.kinds, self.nleaves = block.tree, kinds, len(kinds)
         elif block.tree != self.tree:
             raise ValueError(f"elements change structure: {self.tree} then {block.tree}")
+        origin = block.origin
+        if self.track is None:
+            self.track = origin is not None
+            self.origin_kind = None if origin is None else origin.kind
+        if self.track and (origin is None or origin.kind != self.origin_kind):
+            self.track = False  # mixed sources: the state carries elements from now on
+            self.cols = self.cols[: self.nleaves]
+        if self.track:
+            remap = np.array([self._path_id(p) for p in origin.paths], dtype=np.int32)
+            cols += [remap[origin.pid], origin.offsets]
         return cols
+
+    def _path_id(self, path: str) -> int:
+        k = self.path_ids.get(path)
+        if k is None:
+            k = self.path_ids[path] = len(self.paths)
+            self.paths.append(path)
+        return k
 
     def _ensure_capacity(self, cols):
         if not self.cols:
             self.cols = [np.empty((self.size,) + c.shape[1:], dtype=c.dtype) for c in cols]
-            self.src = np.zeros(self.size, dtype=np.int64)
 
     def _emit(self, cols, n: int) -> Block:
         return Block(self.tree, [_from_buffer(c, k) for c, k in zip(cols, self.kinds)], n)
 
-    def _snapshot(self):
-        self.snapshots.append((self.count_in, self.cursor.get_state()))
-        oldest = int(self.src[: self.fill].min()) if self.fill else self.count_in
-        while len(self.snapshots) >= 2 and self.snapshots[1][0] <= oldest:
-            self.snapshots.popleft()
-
     # -- iteration -------------------------------------------------------------------------------
     def next(self):
+        self._saved = None  # the state changes
+        want = max(1, self.want)
+        if self.pending is not None:  # hand out the last step's output as asked for
+            lo = self.pending_pos
+            hi = min(self.pending_n, lo + want)
+            out = self._emit([c[lo:hi] for c in self.pending], hi - lo)
+            self.pending_pos = hi
+            if hi >= self.pending_n:
+                self.pending = None
+            return out
         while True:
             if self.phase == "fill":
-                self._snapshot()
                 block = self.cursor.take(self.size - self.fill)
                 if block is None:
                     self._start_drain()
@@ -124,30 +293,35 @@ class _ShuffleIterator(BlockIterator):
                 sl = slice(self.fill, self.fill + block.n)
                 for buf, c in zip(self.cols, cols):
                     buf[sl] = c
-                self.src[sl] = self.count_in + np.arange(block.n)
                 self.fill += block.n
                 self.count_in += block.n
                 if self.fill == self.size:
                     self.phase = "steady"
                 continue
             if self.phase == "steady":
-                self._snapshot()
                 block = self.cursor.next_block()
                 if block is None:
                     self._start_drain()
                     continue
-                return self._steady(block)
+                self.pending, self.pending_pos, self.pending_n = self._steady(block), 0, block.n
+                return self.next()
             if self.phase == "drain":
                 if self.drain_pos >= self.fill:
                     self.phase = "done"
                     return None
-                end = min(self.fill, self.drain_pos + 65536)
+                end = min(self.fill, self.drain_pos + want)
                 out = self._emit([c[self.drain_pos : end] for c in self.cols], end - self.drain_pos)
                 self.drain_pos = end
                 return out
             return None
 
-    def _steady(self, block: Block) -> Block:
+    def _freeze(self) -> None:
+        """Copy the snapshots still referenced before the buffer changes in place."""
+        for snap in list(self._live):
+            snap.freeze()
+        self._live = weakref.WeakSet()
+
+    def _steady(self, block: Block) -> list:
         k = block.n
         cols = self._convert(block)
         picks = self.rng.integers(0, self.size, size=k)
@@ -166,78 +340,112 @@ class _ShuffleIterator(BlockIterator):
             out[from_buf] = buf[picks[from_buf]]
             out[~from_buf] = c[prev[~from_buf]]
             out_cols.append(out)
+        self._freeze()
         last = np.empty(k, dtype=bool)
         last[-1] = True
         last[:-1] = sp[1:] != sp[:-1]
         slots, times = sp[last], order[last]
         for buf, c in zip(self.cols, cols):
             buf[slots] = c[times]
-        self.src[slots] = self.count_in + times
         self.count_in += k
-        return self._emit(out_cols, k)
+        return out_cols
 
     def _start_drain(self):
         perm = self.rng.permutation(self.fill)
-        self.cols = [c[perm] for c in self.cols[: len(self.cols)]] if self.cols else []
-        self.src = self.src[: self.fill][perm] if self.fill else self.src[:0]
+        self.cols = [c[: self.fill][perm] for c in self.cols] if self.cols else []
         self.phase = "drain"
         self.drain_pos = 0
 
     # -- state -----------------------------------------------------------------------------------
-    def get_state(self):
-        if self.phase == "drain":
-            held = self.src[self.drain_pos : self.fill]
+    def _encode(self, cols: list, lo: int, hi: int) -> dict:
+        """Elements ``lo:hi`` of ``cols``: named by origin, or carried."""
+        if self.track:
+            nl = self.nleaves
+            snap = _Named(self.origin_kind, list(self.paths), [cols[nl][lo:hi], cols[nl + 1][lo:hi]])
+            self._live.add(snap)
+            return {"origin": snap}
+        # views, not copies: a snapshot still referenced (e.g. by a prefetch queue) is copied
+        # just before the buffer changes (_freeze); JSON (or a spill file) only at checkpoints
+        leaves = [c[lo:hi] for c in cols[: self.nleaves]]
+        saved = {"tree": tree_to_json(self.tree), "kinds": [_kind_to_json(k) for k in self.kinds]}
+        snap = _Carried(saved, leaves, self.ds.spill_url, self.ds.spill_bytes)
+        self._live.add(snap)
+        return {"elements": snap}
+
+    def _decode(self, saved: dict, n: int) -> list:
+        if "origin" in saved:
+            origin = saved["origin"]
+            if isinstance(origin, _Named):
+                origin = origin.__jsonable__()
+            return self._convert(self._reread(origin, n))
+        elements = saved["elements"]
+        if isinstance(elements, _Carried):
+            saved = elements.saved
         else:
-            held = self.src[: self.fill]
-        snap_count, snap_state = self.snapshots[0] if self.snapshots else (self.count_in,
-                                                                            self.cursor.get_state())
-        return {"seed": self.seed, "phase": self.phase, "rng": self.rng.bit_generator.state,
-                "count_in": self.count_in, "held": held.copy(), "snap_count": snap_count,
-                "snap": snap_state}
+            saved = elements
+        self.tree = tree_from_json(saved["tree"])
+        self.kinds = [_kind_from_json(k) for k in saved["kinds"]]
+        self.nleaves = len(self.kinds)
+        self.track = False
+        if isinstance(elements, _Carried):  # an internal snapshot (same process)
+            return [c.copy() for c in elements.leaves]
+        if "spilled" in elements:
+            return pickle.loads(storage.read_bytes(elements["spilled"]))
+        return [np.asarray(c) if not isinstance(c, np.ndarray) else c for c in elements["cols"]]
+
+    def get_state(self):
+        if self._saved is None:  # asked again and again between steps: computed once
+            self._saved = self._state()
+        return self._saved
+
+    def _state(self):
+        lo, hi = (self.drain_pos, self.fill) if self.phase == "drain" else (0, self.fill)
+        state = {"seed": self.seed, "phase": self.phase, "rng": self.rng.bit_generator.state,
+                 "count_in": self.count_in, "input": self.cursor.get_state(), "n": hi - lo}
+        if hi > lo:
+            state["buffer"] = self._encode(self.cols, lo, hi)
+        if self.pending is not None:
+            state["pending"] = self._encode(self.pending, self.pending_pos, self.pending_n)
+            state["pending_n"] = self.pending_n - self.pending_pos
+        return state
 
     def set_state(self, state):
         self.seed = int(state["seed"])
         self._reset()
-        held = np.asarray(state["held"], dtype=np.int64)
-        count_in = int(state["count_in"])
-        snap_count = int(state["snap_count"])
-        # re-read the input from the snapshot and put back the elements the buffer held
-        self.cursor.set_state(state["snap"])
-        pos = snap_count
-        order = np.argsort(held, kind="stable")
-        sorted_held = held[order]
-        cols_by_slot = None
-        while pos < count_in:
-            block = self.cursor.take(count_in - pos)
-            if block is None:
-                raise ValueError("cannot restore the shuffle: the input ended early during replay")
-            cols = self._convert(block)
-            if cols_by_slot is None:
-                cols_by_slot = [np.empty((len(held),) + c.shape[1:], dtype=c.dtype) for c in cols]
-            lo, hi = np.searchsorted(sorted_held, [pos, pos + block.n])
-            slots = order[lo:hi]
-            for dst, c in zip(cols_by_slot, cols):
-                dst[slots] = c[sorted_held[lo:hi] - pos]
-            pos += block.n
-        self.count_in = count_in
+        self.cursor.set_state(state["input"])
+        self.count_in = int(state["count_in"])
         self.phase = state["phase"]
         self.rng.bit_generator.state = state["rng"]
-        n = len(held)
-        if cols_by_slot is not None:
-            if self.phase == "drain":
-                self.cols = cols_by_slot
-                self.fill = n
-                self.src = held.copy()
-            else:
-                self._ensure_capacity(cols_by_slot)
-                for buf, c in zip(self.cols, cols_by_slot):
-                    buf[:n] = c
-                self.src[:n] = held
-                self.fill = n
-        self.snapshots.clear()
-        self.snapshots.append((snap_count, state["snap"]))
+        if "pending" in state:
+            self.pending_n = int(state["pending_n"])
+            self.pending = self._decode(state["pending"], self.pending_n)
+        n = int(state["n"])
+        if "buffer" not in state:
+            return
+        cols = self._decode(state["buffer"], n)
         if self.phase == "drain":
-            self.drain_pos = 0
+            self.cols, self.fill, self.drain_pos = cols, n, 0
+        else:
+            self._ensure_capacity(cols)
+            for buf, c in zip(self.cols, cols):
+                buf[:n] = c
+            self.fill = n
+
+    def _reread(self, origin: dict, n: int) -> Block:
+        """The buffered elements again, from their records (random access)."""
+        pid = np.asarray(origin["pid"], dtype=np.int32)
+        offsets = np.asarray(origin["offsets"], dtype=np.int64)
+        records = read_frames(list(origin["paths"]), pid, offsets)
+        where = Origin(origin["kind"], tuple(origin["paths"]), pid, offsets)
+        block = Block(LEAF, [records], n)
+        if origin["kind"] == "parsed":
+            parse = getattr(self.ds.input, "_parse_block", None)
+            if parse is None:
+                raise ValueError("this checkpoint names parsed records, but the shuffle's input "
+                                 "is not a parse() any more: restore it into the same pipeline")
+            block = parse(block)
+        block.origin = where
+        return block
 
     def close(self):
         self.input_it.close()

@@ -80,6 +80,12 @@ class TensorSlicesDataset(Dataset):
     def _make_iterator(self, ctx):
         return _ArrayIterator(lambda i, j: Block(self.tree, [c[i:j] for c in self.cols], j - i), self.n)
 
+    def _spec(self):
+        from tpudata.dataset.nest import unflatten
+        from tpudata.dataset.spec import TensorSpec
+
+        return unflatten(self.tree, [TensorSpec(c.shape[1:], c.dtype) for c in self.cols])
+
     def cardinality(self) -> int:
         return self.n
 
@@ -98,6 +104,11 @@ class RangeDataset(Dataset):
 
         return _ArrayIterator(make, self.n)
 
+    def _spec(self):
+        from tpudata.dataset.spec import TensorSpec
+
+        return TensorSpec((), self.dtype)
+
     def cardinality(self) -> int:
         return self.n
 
@@ -110,8 +121,32 @@ class FileListDataset(TensorSlicesDataset):
         self.files = list(files)
 
 
-def list_files(pattern, shuffle: bool = False, seed: int | None = None, **storage_options) -> Dataset:
+def check_keywords(op: str, unknown: dict, valid) -> None:
+    """Raise TypeError for keywords ``op`` does not take, naming the closest valid one."""
+    if not unknown:
+        return
+    import difflib
+
+    name = sorted(unknown)[0]
+    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise TypeError(f"{op}() got an unexpected keyword argument {name!r}{hint} (fsspec/gcsfs "
+                    "options go in storage_options={...})")
+
+
+def _storage(op: str, storage_options, legacy: dict, valid) -> dict:
+    check_keywords(op, legacy, valid)
+    if storage_options is not None and not isinstance(storage_options, dict):
+        raise TypeError(f"{op}(): storage_options must be a dict, not "
+                        f"{type(storage_options).__name__}")
+    return dict(storage_options or {})
+
+
+def list_files(pattern, shuffle: bool = False, seed: int | None = None,
+               storage_options: dict | None = None, **unknown) -> Dataset:
     """Files matching a glob (or list of globs), sorted; ``shuffle`` shuffles them each epoch."""
+    storage_options = _storage("list_files", storage_options, unknown,
+                               ("pattern", "shuffle", "seed", "storage_options"))
     patterns = [pattern] if isinstance(pattern, (str, os.PathLike)) else list(pattern)
     files: list[str] = []
     for p in patterns:
@@ -185,6 +220,11 @@ class _RecordFilesDataset(Dataset):
     def _make_iterator(self, ctx):
         return _FilesIterator(self.files, self._open)
 
+    def _spec(self):
+        from tpudata.dataset.spec import BYTES, TensorSpec
+
+        return TensorSpec((), BYTES)
+
 
 class _TFRecordFiles(_RecordFilesDataset):
     def __init__(self, files, compression, buffer_size, verify, on_error, storage_options,
@@ -206,19 +246,20 @@ class _TFRecordFiles(_RecordFilesDataset):
         return self._count
 
     def _make_iterator(self, ctx):
-        it = _FilesIterator(self.files, self._open)
+        origins = ctx.origins
+        it = _FilesIterator(self.files, lambda path, offset: self._open(path, offset, origins))
         if self.read_ahead_bytes > 0 and not ctx.in_background:  # a few read buffers ahead
             from tpudata.dataset.prefetch import PrefetchIterator
 
             return PrefetchIterator(it, max_elements=1 << 40, max_bytes=self.read_ahead_bytes,
-                                    name="tpudata-readahead")
+                                    name="tpudata-readahead", ctx=ctx)
         return it
 
-    def _open(self, path, offset):
+    def _open(self, path, offset, origins: bool = False):
         reader = TFRecordFileReader(path, start_offset=offset, **self.options)
         try:
             for batch in reader:
-                yield Block.of_records(batch), batch.end_offset
+                yield Block.of_records(batch, origins and reader.compression == ""), batch.end_offset
         finally:
             reader.close()
 
@@ -230,7 +271,8 @@ def TFRecordDataset(filenames, compression_type: str | None = None,
                     buffer_size: int | None = DEFAULT_BUFFER_SIZE,
                     num_parallel_reads: int | None = None, verify: bool = True,
                     on_error: str = "raise", compression: str | None = None,
-                    read_ahead_bytes: int = READ_AHEAD_BYTES, **storage_options) -> Dataset:
+                    read_ahead_bytes: int = READ_AHEAD_BYTES, storage_options: dict | None = None,
+                    **unknown) -> Dataset:
     """Records of TFRecord files (any fsspec URL), like ``tf.data.TFRecordDataset``.
 
     ``filenames`` is a name, a list of names, or a Dataset of names; ``compression_type`` (or
@@ -239,8 +281,12 @@ def TFRecordDataset(filenames, compression_type: str | None = None,
     thread). ``num_parallel_reads=k``
     reads ``k`` files at once in background threads, interleaving their records one by one in a
     deterministic order (as tf.data does). ``on_error="skip"`` stops reading a damaged file with
-    a warning instead of raising (tf.data's ``ignore_errors``).
+    a warning instead of raising (tf.data's ``ignore_errors``). ``storage_options`` (a dict) goes
+    to fsspec; any other keyword raises TypeError naming the closest valid one.
     """
+    storage_options = _storage("TFRecordDataset", storage_options, unknown, (
+        "filenames", "compression_type", "buffer_size", "num_parallel_reads", "verify",
+        "on_error", "compression", "read_ahead_bytes", "storage_options"))
     if compression is not None and compression_type is not None and compression != compression_type:
         raise ValueError("give compression or compression_type (tf.data's name), not both")
     compression_type = compression_type if compression_type is not None else compression
@@ -249,9 +295,6 @@ def TFRecordDataset(filenames, compression_type: str | None = None,
     def one(name) -> Dataset:  # parallel reads: each file already has its own thread
         return _TFRecordFiles(_names(name), *opts)
 
-    def one_ahead(name) -> Dataset:
-        return _TFRecordFiles(_names(name), *opts, read_ahead_bytes=read_ahead_bytes)
-
     if isinstance(filenames, Dataset):
         files_ds = filenames
     else:
@@ -259,8 +302,8 @@ def TFRecordDataset(filenames, compression_type: str | None = None,
         if not num_parallel_reads or num_parallel_reads == 1 or len(files) == 1:
             return _TFRecordFiles(files, *opts, read_ahead_bytes=read_ahead_bytes)
         files_ds = FileListDataset(files)
-    if not num_parallel_reads:
-        return files_ds.interleave(one_ahead, cycle_length=1, block_length=1)
+    if not num_parallel_reads:  # one reader thread, reused from file to file
+        return files_ds.interleave(one, cycle_length=1, block_length=1, num_parallel_calls=1)
     k = os.cpu_count() or 2 if num_parallel_reads == AUTOTUNE else int(num_parallel_reads)
     return files_ds.interleave(one, cycle_length=k, block_length=1, num_parallel_calls=k,
                                deterministic=True)
@@ -349,8 +392,12 @@ def _skip(f, n: int) -> None:
 
 def FixedLengthRecordDataset(filenames, record_bytes: int, header_bytes: int = 0,
                              footer_bytes: int = 0, buffer_size: int | None = None,
-                             compression_type: str | None = None, **storage_options) -> Dataset:
+                             compression_type: str | None = None,
+                             storage_options: dict | None = None, **unknown) -> Dataset:
     """Fixed-size records after a header and before a footer, like tf.data's reader."""
+    storage_options = _storage("FixedLengthRecordDataset", storage_options, unknown, (
+        "filenames", "record_bytes", "header_bytes", "footer_bytes", "buffer_size",
+        "compression_type", "storage_options"))
     return _FixedLengthFiles(_names(filenames), record_bytes, header_bytes, footer_bytes,
                              buffer_size, compression_type, storage_options)
 
@@ -394,8 +441,10 @@ class _TextLineFiles(_RecordFilesDataset):
 
 
 def TextLineDataset(filenames, compression_type: str | None = None, buffer_size: int | None = None,
-                    **storage_options) -> Dataset:
+                    storage_options: dict | None = None, **unknown) -> Dataset:
     """Lines of text files (without ``\\n`` / ``\\r\\n``), as bytes, like tf.data's reader."""
+    storage_options = _storage("TextLineDataset", storage_options, unknown, (
+        "filenames", "compression_type", "buffer_size", "storage_options"))
     return _TextLineFiles(_names(filenames), compression_type, buffer_size, storage_options)
 
 

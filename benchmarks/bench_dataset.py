@@ -1,0 +1,309 @@
+"""Dataset-engine figures (issue 9), each printed with what it measures.
+
+  files    interleave over 1 / 16 / 256 files of ~110 KB records (same ~100 MB in total):
+           list_files -> interleave(TFRecordDataset, cycle_length=4, parallel) -> batch(128) ->
+           parse -> prefetch, tpudata against tf.data (subprocess; TF_PYTHON=/path/to/python
+           picks the interpreter that has TensorFlow) in the same run.
+  nondet   16 sub-datasets, one slow (5 ms per element, the others 0.2 ms): parallel interleave
+           with deterministic=True against False.
+  map      user code element by element: calls made by range(100_000).map(f).take(3); first
+           element's peak memory of from_tensor_slices(range(200_000)).map(to_4kb).prefetch(1);
+           cores kept busy by a per-element Pillow decode+resize map (num_parallel_calls=2).
+  cache    peak RSS above the baseline while cache(url) writes 1 GiB.
+  shuffle  state size and restore time of shuffle(10,000) over ~110 KB records (local files
+           and fake_gcs).
+
+    python benchmarks/bench_dataset.py [--only files map ...] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_read  # noqa: E402
+import numpy as np  # noqa: E402
+
+import tpudata  # noqa: E402
+from tpudata import _accel  # noqa: E402
+from tpudata.dataset import AUTOTUNE, Dataset, TFRecordDataset  # noqa: E402
+
+TOTAL_BYTES = 100 << 20
+
+
+# -- files ----------------------------------------------------------------------------------------
+def make_files(directory: str, n: int) -> str:
+    d = os.path.join(directory, f"files_{n}")
+    os.makedirs(d, exist_ok=True)
+    for s in range(n):
+        path = os.path.join(d, f"a-{s:05d}-of-{n:05d}")
+        if not os.path.exists(path):
+            bench_read.make_a(path, target_bytes=TOTAL_BYTES // n, seed=1000 * n + s)
+    return os.path.join(d, "a-*")
+
+
+def files_pipeline(pattern: str):
+    spec = bench_read.spec_of("A")
+    return (Dataset.list_files(pattern)
+            .interleave(lambda f: TFRecordDataset(f), cycle_length=4, num_parallel_calls=AUTOTUNE)
+            .batch(128, drop_remainder=True).parse(spec).prefetch(2))
+
+
+def time_tpudata(make, repeat: int) -> tuple[float, int, float]:
+    """Best wall time, records, and best CPU time (all threads) of ``repeat`` epochs."""
+    best, cpu, n = float("inf"), float("inf"), 0
+    for epoch in range(repeat + 1):
+        t0, c0 = time.perf_counter(), time.process_time()
+        n = 0
+        with make().iterator() as it:
+            for b in it:
+                n += len(b["image/class/label"])
+        if epoch:
+            best = min(best, time.perf_counter() - t0)
+            cpu = min(cpu, time.process_time() - c0)
+    return best, n, cpu
+
+
+TF_FILES = textwrap.dedent("""
+    import json, os, sys, time
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    import tensorflow as tf
+    pattern, repeat = sys.argv[1], int(sys.argv[2])
+    spec = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
+            "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
+    AUTO = tf.data.AUTOTUNE
+    ds = (tf.data.Dataset.list_files(pattern, shuffle=False)
+          .interleave(lambda f: tf.data.TFRecordDataset(f, buffer_size=8 << 20), cycle_length=4,
+                      num_parallel_calls=AUTO)
+          .batch(128, drop_remainder=True)
+          .map(lambda x: tf.io.parse_example(x, spec), num_parallel_calls=AUTO)
+          .prefetch(AUTO))
+    times, cpus = [], []
+    for epoch in range(repeat + 1):
+        t0, c0 = time.perf_counter(), time.process_time(); n = 0
+        for out in ds:
+            n += int(out["image/class/label"].shape[0])
+        if epoch:
+            times.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
+    print(json.dumps({"times": times, "cpus": cpus, "n": n, "version": tf.__version__}))
+""")
+
+
+def bench_files(args) -> dict:
+    rows = {}
+    for n in (1, 16, 256):
+        pattern = make_files(args.dir, n)
+        size = sum(os.path.getsize(p) for p in tpudata.storage.glob(pattern))
+        ours, count, cpu = time_tpudata(lambda: files_pipeline(pattern), args.repeat)
+        tf_res = None if args.no_tf else bench_read.run_tf_script(TF_FILES, [pattern, str(args.repeat)])
+        row = {"files": n, "records": count, "tpudata_GBps": size / ours / 1e9, "tpudata_cpu_s": cpu}
+        line = (f"files {n:4d}: {count} records {size / 1e6:.0f} MB | tpudata {size / ours / 1e9:.2f} GB/s "
+                f"({cpu:.3f} CPU s)")
+        if tf_res:
+            theirs, tcpu = min(tf_res["times"]), min(tf_res["cpus"])
+            row.update(tf_GBps=size / theirs / 1e9, ratio=theirs / ours, tf_cpu_s=tcpu,
+                       cpu_ratio=tcpu / cpu)
+            line += (f" | TensorFlow {tf_res['version']} {size / theirs / 1e9:.2f} GB/s ({tcpu:.3f} CPU s)"
+                     f" | ratio {theirs / ours:.2f}x, CPU-time ratio {tcpu / cpu:.2f}x")
+        print(line, flush=True)
+        rows[n] = row
+    slow = rows[1]["tpudata_GBps"] / rows[256]["tpudata_GBps"]
+    line = (f"files: 1 -> 256 files slows tpudata {slow:.2f}x "
+            f"(CPU time {rows[256]['tpudata_cpu_s'] / rows[1]['tpudata_cpu_s']:.2f}x)")
+    if "tf_GBps" in rows[1]:
+        line += (f", TensorFlow {rows[1]['tf_GBps'] / rows[256]['tf_GBps']:.2f}x "
+                 f"(CPU time {rows[256]['tf_cpu_s'] / rows[1]['tf_cpu_s']:.2f}x)")
+    print(line, flush=True)
+    return rows
+
+
+# -- nondet ---------------------------------------------------------------------------------------
+class _Cost:
+    def __init__(self, slow: int):
+        self.slow = slow
+
+    def __call__(self, i):
+        seconds = 0.005 if int(i) == self.slow else 0.0002
+
+        def work(x):
+            time.sleep(seconds)
+            return x
+
+        return Dataset.range(int(i) * 1000, int(i) * 1000 + 60).map(work)
+
+
+def bench_nondet(args) -> dict:
+    out = {}
+    for det in (True, False):
+        best = float("inf")
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            n = sum(1 for _ in Dataset.range(16).interleave(
+                _Cost(0), cycle_length=4, num_parallel_calls=4, deterministic=det))
+            best = min(best, time.perf_counter() - t0)
+        out["deterministic" if det else "nondeterministic"] = best
+        assert n == 16 * 60
+    gain = out["deterministic"] / out["nondeterministic"]
+    print(f"nondet: one slow sub-dataset among 16 | deterministic {out['deterministic']:.3f} s | "
+          f"deterministic=False {out['nondeterministic']:.3f} s | gain {gain:.2f}x", flush=True)
+    out["gain"] = gain
+    return out
+
+
+# -- map ------------------------------------------------------------------------------------------
+PEAK = textwrap.dedent("""
+    import json
+    import numpy as np
+    from tpudata.dataset import Dataset
+
+    def hwm():
+        with open("/proc/self/status") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:"))
+
+    def to_4kb(x):
+        return np.full(512, x, np.float64)
+
+    base = hwm()
+    it = Dataset.from_tensor_slices(np.arange(200_000)).map(to_4kb).prefetch(1).iterator()
+    next(it)
+    print(json.dumps({"delta_mb": (hwm() - base) / 1024}))
+""")
+
+
+def _jpegs(n: int) -> list[bytes]:
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    out = []
+    base = rng.integers(0, 255, (375, 500, 3), dtype=np.uint8)
+    for i in range(n):
+        img = Image.fromarray(np.roll(base, i, axis=1))
+        buf = io.BytesIO()
+        img.save(buf, format="JPEG", quality=90)
+        out.append(buf.getvalue())
+    return out
+
+
+def decode_resize(data):
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(bytes(data)))
+    img.draft("RGB", (250, 188))  # as TPU input pipelines do: decode at reduced size when possible
+    img = img.convert("RGB").resize((224, 224), Image.BILINEAR)
+    return np.asarray(img)
+
+
+def _busy(fn) -> tuple[float, float]:
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.perf_counter()
+    fn()
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return cpu / wall, wall
+
+
+def bench_map(args) -> dict:  # noqa: C901 - a list of small measurements
+    calls = []
+
+    def f(x):
+        calls.append(x)
+        return x
+
+    list(Dataset.range(100_000).map(f).take(3))
+    seq_calls = len(calls)
+    calls.clear()
+    list(Dataset.range(100_000).map(f, num_parallel_calls=8).take(3))
+    par_calls = len(calls)
+    print(f"map: range(100_000).map(f).take(3) calls f {seq_calls} times; with "
+          f"num_parallel_calls=8, {par_calls} times (bound: 3 + 8 - 1)", flush=True)
+    peak = json.loads(subprocess.run([sys.executable, "-c", PEAK], capture_output=True, text=True,
+                                     check=True).stdout)
+    print(f"map: first element of from_tensor_slices(range(200_000)).map(to_4kb).prefetch(1): "
+          f"peak RSS +{peak['delta_mb']:.1f} MB over the baseline", flush=True)
+    images = _jpegs(400)
+    out = {"take3_calls": seq_calls, "take3_calls_parallel8": par_calls,
+           "first_element_peak_mb": peak["delta_mb"]}
+    for n in (None, 2):
+        ds = Dataset.from_tensor_slices(np.array(images, dtype=object)).map(decode_resize,
+                                                                           num_parallel_calls=n)
+        sum(1 for _ in ds.take(20))  # warm-up
+        busy, wall = _busy(lambda: sum(1 for _ in ds))
+        print(f"map: Pillow decode+resize per element, num_parallel_calls={n}: "
+              f"{len(images) / wall:.0f} images/s, {busy:.2f} cores busy", flush=True)
+        out[f"pillow_cores_{n}"] = busy
+        out[f"pillow_ips_{n}"] = len(images) / wall
+    return out
+
+
+# -- cache ----------------------------------------------------------------------------------------
+CACHE = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    from tpudata.dataset import Dataset
+
+    def hwm():
+        with open("/proc/self/status") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:"))
+
+    def block(x):
+        return np.full(1 << 17, x, np.float64)  # 1 MiB
+
+    base = hwm()
+    n = sum(1 for _ in Dataset.range(1024).map(block).cache(sys.argv[1]))
+    print(json.dumps({"n": n, "delta_mb": (hwm() - base) / 1024}))
+""")
+
+
+def bench_cache(args) -> dict:
+    d = tempfile.mkdtemp(dir=args.dir)
+    try:
+        t0 = time.perf_counter()
+        r = json.loads(subprocess.run([sys.executable, "-c", CACHE, os.path.join(d, "c")],
+                                      capture_output=True, text=True, check=True).stdout)
+        wall = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    print(f"cache: writing 1 GiB through cache(url): peak RSS +{r['delta_mb']:.1f} MB over the "
+          f"baseline ({wall:.1f} s)", flush=True)
+    return r
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", nargs="+", default=["files", "nondet", "map", "cache", "shuffle"],
+                    choices=["files", "nondet", "map", "cache", "shuffle"])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "tpudata-bench"))
+    ap.add_argument("--no-tf", action="store_true")
+    args = ap.parse_args(argv)
+    os.makedirs(args.dir, exist_ok=True)
+    _accel.ensure_allocator_tuned()
+    print(f"tpudata {tpudata.__version__}, accelerator {'on' if _accel.native else 'off'}, "
+          f"{os.cpu_count()} cpus", flush=True)
+    results = {}
+    for name in args.only:
+        if name == "shuffle":
+            from bench_shuffle_state import bench_shuffle
+
+            results[name] = bench_shuffle(args)
+        else:
+            results[name] = globals()[f"bench_{name}"](args)
+    print(json.dumps(results, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,323 @@
+"""Block columns behind one protocol.
+
+A leaf column of a :class:`~tpudata.dataset.block.Block` holds ``n`` elements along its first
+axis. Three kinds exist, each with a :class:`ColumnOps` implementation found by the column's
+type (no ``isinstance`` switches in the ops):
+
+- ``np.ndarray`` - element ``i`` is ``col[i]`` (object arrays hold bytes or per-element objects
+  such as the :class:`VarLenValues` / :class:`RecordColumn` of a batched element);
+- :class:`VarLenValues` - ragged rows (a VarLenFeature before batching);
+- :class:`RecordColumn` - serialized records still sitting in their read buffers (zero-copy).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from tpudata.example.parse import VarLenValues
+from tpudata.tfrecord.batch import RecordBatch
+from tpudata.tfrecord.framing import split
+
+
+class RecordColumn:
+    """Records ``buffers[buf_idx[i]][offsets[i]:offsets[i] + lengths[i]]`` (bytes elements).
+
+    ``buf_idx`` is ``None`` when every record is in ``buffers[0]``. ``sources`` holds, per buffer,
+    ``(path, base_offset)`` so parse errors can name the file and offset.
+    """
+
+    __slots__ = ("buffers", "sources", "buf_idx", "offsets", "lengths")
+
+    def __init__(self, buffers, sources, buf_idx, offsets, lengths):
+        self.buffers = buffers
+        self.sources = sources
+        self.buf_idx = buf_idx
+        self.offsets = offsets
+        self.lengths = lengths
+
+    @classmethod
+    def from_batch(cls, batch: RecordBatch) -> "RecordColumn":
+        base = batch.base_offset if batch.framed else None
+        return cls([batch.buffer], [(batch.path, base)], None, batch.offsets, batch.lengths)
+
+    @classmethod
+    def from_bytes(cls, records: Sequence) -> "RecordColumn":
+        return cls.from_batch(RecordBatch.from_records(records))
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def slice(self, i: int, j: int) -> "RecordColumn":
+        bi = None if self.buf_idx is None else self.buf_idx[i:j]
+        return RecordColumn(self.buffers, self.sources, bi, self.offsets[i:j], self.lengths[i:j])
+
+    def take(self, idx: np.ndarray) -> "RecordColumn":
+        bi = None if self.buf_idx is None else self.buf_idx[idx]
+        return RecordColumn(self.buffers, self.sources, bi, self.offsets[idx], self.lengths[idx])
+
+    @staticmethod
+    def concat(cols: Sequence["RecordColumn"]) -> "RecordColumn":
+        if len(cols) == 1:
+            return cols[0]
+        buffers: list = []
+        sources: list = []
+        where: dict = {}
+        idx_parts = []
+        for c in cols:
+            if c.buf_idx is None:  # the common case: one buffer
+                key = id(c.buffers[0])
+                k = where.get(key)
+                if k is None:
+                    k = where[key] = len(buffers)
+                    buffers.append(c.buffers[0])
+                    sources.append(c.sources[0])
+                idx_parts.append(np.full(len(c), k, dtype=np.int32))
+                continue
+            remap = np.empty(len(c.buffers), dtype=np.int32)
+            for k, (buf, src) in enumerate(zip(c.buffers, c.sources)):
+                key = id(buf)
+                if key not in where:
+                    where[key] = len(buffers)
+                    buffers.append(buf)
+                    sources.append(src)
+                remap[k] = where[key]
+            idx_parts.append(remap[c.buf_idx])
+        buf_idx = None if len(buffers) == 1 else np.concatenate(idx_parts)
+        return RecordColumn(buffers, sources, buf_idx, np.concatenate([c.offsets for c in cols]),
+                            np.concatenate([c.lengths for c in cols]))
+
+    def groups(self) -> Iterator[tuple[RecordBatch, np.ndarray | None]]:
+        """``(RecordBatch, positions)`` per buffer (positions None: the whole column, in order)."""
+        if self.buf_idx is None:
+            yield self._batch(0, self.offsets, self.lengths), None
+            return
+        for b in np.unique(self.buf_idx).tolist():
+            pos = np.flatnonzero(self.buf_idx == b)
+            yield self._batch(b, self.offsets[pos], self.lengths[pos]), pos
+
+    def _batch(self, b: int, offsets, lengths) -> RecordBatch:
+        path, base = self.sources[b]
+        if base is None:
+            return RecordBatch(self.buffers[b], offsets, lengths, None, 0, framed=False)
+        return RecordBatch(self.buffers[b], offsets, lengths, path, base)
+
+    def to_list(self) -> list[bytes]:
+        if self.buf_idx is None:
+            return split(self.buffers[0], self.offsets, self.lengths)
+        out: list = [None] * len(self)
+        for batch, pos in self.groups():
+            for p, rec in zip(pos.tolist(), batch.to_list()):
+                out[p] = rec
+        return out
+
+    def to_array(self) -> np.ndarray:
+        arr = np.empty(len(self), dtype=object)
+        if len(self):
+            arr[:] = self.to_list()
+        return arr
+
+    def compact(self) -> "RecordColumn":
+        """A copy in one new buffer, so the (large) read buffers can be freed."""
+        return RecordColumn.from_bytes(self.to_list())
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.lengths.sum())
+
+    def __repr__(self) -> str:
+        return f"<RecordColumn of {len(self)} records in {len(self.buffers)} buffer(s)>"
+
+
+class ColumnOps:
+    """What the engine does with a leaf column (one implementation per column kind)."""
+
+    @staticmethod
+    def slice(col, i: int, j: int):
+        raise NotImplementedError
+
+    @staticmethod
+    def take(col, idx: np.ndarray):
+        raise NotImplementedError
+
+    @staticmethod
+    def concat(cols: list):
+        raise NotImplementedError
+
+    @staticmethod
+    def nbytes(col) -> int:
+        raise NotImplementedError
+
+    @staticmethod
+    def items(col) -> list:
+        """The elements as user-facing values."""
+        raise NotImplementedError
+
+    @staticmethod
+    def compact(col):
+        """A copy that holds no read buffers (for caches)."""
+        return col
+
+
+class _RecordOps(ColumnOps):
+    @staticmethod
+    def slice(col, i, j):
+        return col.slice(i, j)
+
+    @staticmethod
+    def take(col, idx):
+        return col.take(idx)
+
+    @staticmethod
+    def concat(cols):
+        return RecordColumn.concat([c if isinstance(c, RecordColumn) else RecordColumn.from_bytes(list(c))
+                                    for c in cols])
+
+    @staticmethod
+    def nbytes(col):
+        return col.nbytes
+
+    @staticmethod
+    def items(col):
+        return col.to_list()
+
+    @staticmethod
+    def compact(col):
+        return col.to_array()
+
+
+class _VarLenOps(ColumnOps):
+    @staticmethod
+    def slice(col, i, j):
+        s = col.row_splits
+        return VarLenValues(col.values[s[i] : s[j]], s[i : j + 1] - s[i])
+
+    @staticmethod
+    def take(col, idx):
+        s = col.row_splits
+        lengths = (s[1:] - s[:-1])[idx]
+        starts = s[:-1][idx]
+        splits = np.zeros(len(idx) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=splits[1:])
+        gather = np.repeat(starts - splits[:-1], lengths) + np.arange(splits[-1], dtype=np.int64)
+        return VarLenValues(col.values[gather], splits)
+
+    @staticmethod
+    def concat(cols):
+        first = cols[0]
+        values = np.concatenate([c.values for c in cols])
+        splits = [first.row_splits]
+        offset = first.row_splits[-1]
+        for c in cols[1:]:
+            splits.append(c.row_splits[1:] + offset)
+            offset += c.row_splits[-1]
+        return VarLenValues(values, np.concatenate(splits))
+
+    @staticmethod
+    def nbytes(col):
+        return int(col.values.nbytes + col.row_splits.nbytes)
+
+    @staticmethod
+    def items(col):
+        return col.to_list()
+
+
+class _ArrayOps(ColumnOps):
+    @staticmethod
+    def slice(col, i, j):
+        return col[i:j]
+
+    @staticmethod
+    def take(col, idx):
+        return col[idx]
+
+    @staticmethod
+    def concat(cols):
+        try:
+            return np.concatenate(cols)
+        except ValueError:  # elements of different shapes: keep them as objects
+            out = np.empty(sum(len(c) for c in cols), dtype=object)
+            pos = 0
+            for c in cols:
+                for k in range(len(c)):
+                    out[pos] = c[k]
+                    pos += 1
+            return out
+
+    @staticmethod
+    def nbytes(col):
+        if col.dtype == object:
+            total = 0
+            for v in col.ravel()[:64].tolist():
+                total += len(v) if isinstance(v, (bytes, str)) else getattr(v, "nbytes", 64)
+            return int(total * max(1, col.size) / max(1, min(col.size, 64))) + col.nbytes
+        return int(col.nbytes)
+
+    @staticmethod
+    def items(col):
+        if col.dtype == object:
+            if col.ndim == 1:
+                return [materialize(v) for v in col.tolist()]
+            return [col[i] for i in range(len(col))]  # e.g. a batch of bytes: an object array
+        return list(col)
+
+
+_OPS: dict = {RecordColumn: _RecordOps, VarLenValues: _VarLenOps, np.ndarray: _ArrayOps}
+
+
+def column_ops(col) -> type[ColumnOps]:
+    """The :class:`ColumnOps` of a column (by type)."""
+    ops = _OPS.get(type(col))
+    if ops is None:
+        for kind, found in _OPS.items():
+            if isinstance(col, kind):
+                return found
+        raise TypeError(f"not a block column: {type(col).__name__}")
+    return ops
+
+
+def materialize(value):
+    """The user-facing form of a per-element object stored in an object column."""
+    if isinstance(value, RecordColumn):
+        return value.to_array()
+    return value
+
+
+# -- the engine's column operations ----------------------------------------------------------------
+def leaf_len(col) -> int:
+    return len(col)
+
+
+def leaf_slice(col, i: int, j: int):
+    return column_ops(col).slice(col, i, j)
+
+
+def leaf_take(col, idx: np.ndarray):
+    return column_ops(col).take(col, idx)
+
+
+def leaf_concat(cols: list):
+    if len(cols) == 1:
+        return cols[0]
+    kinds = {column_ops(c) for c in cols}
+    ops = _RecordOps if _RecordOps in kinds else column_ops(cols[0])  # records absorb bytes
+    return ops.concat(cols)
+
+
+def leaf_nbytes(col) -> int:
+    return column_ops(col).nbytes(col)
+
+
+def leaf_items(col) -> list:
+    """The column's elements as Python/numpy values (what users see)."""
+    return column_ops(col).items(col)
+
+
+def leaf_compact(col):
+    """Copy records out of read buffers; other columns are already compact."""
+    return column_ops(col).compact(col)
+
+
+__all__ = ["ColumnOps", "RecordColumn", "column_ops", "leaf_compact", "leaf_concat", "leaf_items",
+           "leaf_len", "leaf_nbytes", "leaf_slice", "leaf_take", "materialize"]

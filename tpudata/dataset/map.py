@@ -1,0 +1,208 @@
+"""map: apply a user function to every element, element by element, on demand.
+
+The function is called only for elements the consumer asks for: sequentially in the consumer's
+thread, or with ``num_parallel_calls=N`` on N threads (or worker processes with
+``use_processes=True``) with at most N elements in flight. ``range(100_000).map(f).take(3)``
+calls ``f`` 3 times; with ``num_parallel_calls=N``, at most ``3 + N - 1`` times.
+
+>>> [int(x) for x in Dataset.range(5).map(lambda x: x * 10, num_parallel_calls=2)]
+[0, 10, 20, 30, 40]
+
+State is element-exact with any executor: the iterator keeps the input position of every
+in-flight element; its state is the position of the oldest element not yet delivered plus,
+with ``deterministic=False``, which later elements were already delivered (skipped on restore).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Callable
+
+from tpudata.dataset.base import Dataset
+from tpudata.dataset.block import Block
+from tpudata.dataset.executor import make_mapper, resolve_parallelism
+from tpudata.dataset.iterator import BlockIterator, Cursor
+from tpudata.dataset.nest import flatten
+from tpudata.dataset.spec import OutputChecker, traced_spec
+
+logger = logging.getLogger(__name__)
+
+
+def call(fn: Callable, element):
+    """``fn(*element)`` for a tuple element (as tf.data does), else ``fn(element)``."""
+    if isinstance(element, tuple) and not hasattr(element, "_fields"):
+        return fn(*element)
+    return fn(element)
+
+
+def function_name(fn: Callable) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+class _Apply:
+    """The picklable callable an executor runs: ``(p, element) -> fn(element)``."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+
+    def __call__(self, item):
+        return call(self.fn, item[1])
+
+
+class MapDataset(Dataset):
+    _functions = ("fn",)
+
+    def __init__(self, input_ds: Dataset, fn: Callable, num_parallel_calls: int | None = None,
+                 deterministic: bool | None = None, output_signature=None,
+                 use_processes: bool = False):
+        super().__init__()
+        if not isinstance(input_ds, Dataset):
+            raise TypeError(f"expected a Dataset, got {type(input_ds).__name__}")
+        if not callable(fn):
+            raise TypeError(f"map() needs a callable, not {type(fn).__name__}")
+        self.input = input_ds
+        self.fn = fn
+        self.workers = resolve_parallelism(num_parallel_calls)
+        if use_processes and not self.workers:
+            self.workers = os.cpu_count() or 2
+        self.use_processes = bool(use_processes)
+        self.deterministic = True if deterministic is None else bool(deterministic)
+        self.output_signature = output_signature
+        self.name = f"map({function_name(fn)})"
+
+    def _make_iterator(self, ctx):
+        return _MapIterator(self, self.input._make_iterator(ctx), ctx)
+
+    def cardinality(self):
+        return self.input.cardinality()
+
+    def _spec(self):
+        if self.output_signature is not None:
+            return self.output_signature
+        return traced_spec(self.fn, self.input, self.name)
+
+
+class _MapIterator(BlockIterator):
+    def __init__(self, ds: MapDataset, input_it: BlockIterator, ctx):
+        self.ds = ds
+        self.ctx = ctx
+        self.input_it = input_it
+        self.cursor = Cursor(input_it)
+        self.checker = OutputChecker(ds.name, ds.output_signature)
+        self.delivered = 0  # elements returned so far (for error messages)
+        self._start(skip=())
+
+    def _start(self, skip) -> None:
+        self.mapper = None
+        self.results = None
+        self.lock = threading.RLock()
+        self.book: dict = {}  # fed position -> (input element number p, input state before it)
+        self.fed = 0
+        self.p = 0  # input elements read since the restore point
+        self.low = 0  # lowest fed position not yet delivered
+        self.out_p: set = set(int(s) for s in skip)  # input numbers delivered (or to skip)
+
+    def _feed(self):
+        """Input elements as ``(p, element)``, recording where each one starts.
+
+        Runs wherever the executor pulls its input (the consumer's thread for ThreadMapper, maybe
+        a feeder thread for a process pool): the lock keeps get_state() consistent with it.
+        """
+        while True:
+            with self.lock:
+                state = self.cursor.get_state()
+                try:
+                    element = self.cursor.next_element()
+                except StopIteration:
+                    return
+                p = self.p
+                self.p += 1
+                if p in self.out_p:  # delivered before the checkpoint (deterministic=False)
+                    continue
+                self.book[self.fed] = (p, state)
+                self.fed += 1
+            yield p, element
+
+    def _results(self):
+        ds = self.ds
+        if not ds.workers:
+            apply = _Apply(ds.fn)
+            return ((pos, apply(item)) for pos, item in enumerate(self._feed()))
+        self.mapper = make_mapper(_Apply(ds.fn), ds.workers, deterministic=ds.deterministic,
+                                  use_processes=ds.use_processes, stop=self.ctx.stop)
+        self.ctx.on_stop(self.mapper.close)
+        return self.mapper.imap(self._feed())
+
+    def next(self):
+        if self.results is None:
+            self.results = self._results()
+        rows = []
+        tree = None
+        stop = self.ctx.stop
+        for k in range(max(1, self.want)):
+            if k and stop.is_set():  # closing: no more user calls than the one running
+                break
+            try:
+                pos, out = next(self.results)
+            except StopIteration:
+                break
+            t, leaves = flatten(out)
+            self.checker.check(t, leaves, self.delivered)
+            tree = t
+            self.delivered += 1
+            rows.append(leaves)
+            self._delivered(pos)
+        return Block.from_elements(tree, rows) if rows else None
+
+    def _delivered(self, pos: int) -> None:
+        with self.lock:
+            p, _ = self.book[pos]
+            self.out_p.add(p)
+            if pos == self.low:
+                low = pos
+                while low < self.fed and self.book[low][0] in self.out_p:
+                    low += 1
+                for k in range(self.low, low):
+                    del self.book[k]
+                self.low = low
+                p_low = self.book[low][0] if low < self.fed else self.p
+                if len(self.out_p) > 1 or (self.out_p and min(self.out_p) < p_low):
+                    self.out_p = {q for q in self.out_p if q >= p_low}
+
+    def get_state(self):
+        with self.lock:
+            if self.low < self.fed:
+                p0, state = self.book[self.low]
+            else:
+                p0, state = self.p, self.cursor.get_state()
+            skip = sorted(p - p0 for p in self.out_p if p > p0)
+        return {"input": state, "skip": skip, "delivered": self.delivered,
+                "checker": self.checker.get_state()}
+
+    def set_state(self, state):
+        self._close_mapper()
+        self.cursor.set_state(state["input"])
+        self.delivered = int(state["delivered"])
+        self.checker.set_state(state["checker"])
+        self._start(skip=state["skip"])
+
+    def _close_mapper(self):
+        if self.results is not None and hasattr(self.results, "close"):
+            try:
+                self.results.close()
+            except Exception:  # a generator stopped mid-way
+                pass
+        if self.mapper is not None:
+            self.mapper.close()
+            self.ctx.off_stop(self.mapper.close)
+            self.mapper = None
+        self.results = None
+
+    def close(self):
+        self._close_mapper()
+        self.input_it.close()
+
+
+__all__ = ["MapDataset", "call", "function_name"]

@@ -1,0 +1,186 @@
+"""parse: serialized tf.train.Examples -> feature dicts, batch-level wherever it sits.
+
+Before ``batch`` each element becomes ``{name: value}``; after ``batch`` each batch is parsed
+whole (``tf.io.parse_example``). Either way the parser sees whole blocks of records, straight
+from the read buffers, on ``num_parallel_calls`` threads (in input order).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpudata.dataset.base import Dataset
+from tpudata.dataset.block import Block, RecordColumn, leaf_take
+from tpudata.dataset.common import PartialBlock, _BlockMapIterator, _threads, _Unary
+from tpudata.dataset.nest import flatten
+from tpudata.example.batching import concat_parsed
+from tpudata.example.parse import parse_examples
+from tpudata.errors import InvalidExampleError, SpecError
+from tpudata.example.spec import normalize_spec
+
+
+def _records_leaf(block: Block):
+    if block.tree.kind != "leaf":
+        raise TypeError(
+            f"parse() needs serialized tf.train.Example records as elements, got {block.tree}; "
+            "parse before building tuples/dicts")
+    return block.leaves[0]
+
+
+def _parse_column(col, spec: dict, base_row: int) -> dict:
+    """Parse a column of records (RecordColumn or array of bytes) into per-record features."""
+    if not isinstance(col, RecordColumn):
+        if len(col) and not isinstance(col.ravel()[0], (bytes, bytearray, memoryview)):
+            raise TypeError(f"parse() needs bytes elements, got {type(col.ravel()[0]).__name__}")
+        col = RecordColumn.from_bytes(list(col))
+    parts, positions = [], []
+    for batch, pos in col.groups():
+        parts.append(parse_examples(batch, spec, base_row=base_row))
+        positions.append(pos)
+    if positions[0] is None:
+        return parts[0]
+    merged = concat_parsed(parts)
+    order = np.argsort(np.concatenate(positions), kind="stable")
+    return {k: leaf_take(v, order) for k, v in merged.items()}
+
+
+def _slice(col, i: int, j: int):
+    return col.slice(i, j) if isinstance(col, RecordColumn) else col[i:j]
+
+
+def _index_in_file(path: str, offset: int) -> int | None:
+    """How many records come before the frame at ``offset`` in ``path`` (a scan; error path)."""
+    from tpudata.tfrecord.reader import TFRecordFileReader
+
+    try:
+        count = 0
+        reader = TFRecordFileReader(path, verify=False)
+        try:
+            for batch in reader:
+                offs = batch.record_offsets
+                count += int(np.searchsorted(offs, offset))
+                if len(offs) and offs[-1] >= offset:
+                    return count
+        finally:
+            reader.close()
+    except Exception:  # the file cannot be scanned: the offset alone names the record
+        return None
+    return None
+
+
+def _locate(col, spec) -> tuple[int, Exception]:
+    """The first record of ``col`` that does not parse, and an error naming where it is."""
+    lo, hi = 0, len(col)  # a prefix of lo records parses, one of hi does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            _parse_column(_slice(col, 0, mid), spec, 0)
+            lo = mid
+        except (SpecError, InvalidExampleError):
+            hi = mid
+    bad = hi - 1
+    try:
+        _parse_column(_slice(col, bad, bad + 1), spec, 0)
+        return bad, InvalidExampleError(f"record {bad} of the block does not parse")
+    except (SpecError, InvalidExampleError) as exc:
+        detail = exc
+    path = offset = index = None
+    if isinstance(col, RecordColumn):
+        batch, _ = next(_slice(col, bad, bad + 1).groups())
+        if batch.path is not None and batch.framed:
+            path, offset = batch.path, int(batch.record_offsets[0])
+            index = _index_in_file(path, offset)
+    message = str(detail).replace("record 0 ", "the record ", 1)
+    if path is not None:
+        message = message.replace(f" ({path} at offset {offset})", "")
+        where = f"record {index} of the file" if index is not None else "a record"
+        message = f"{path}: {where} (byte offset {offset}): {message}"
+    error = type(detail)(message)
+    error.path, error.offset, error.record_index = path, offset, index
+    return bad, error
+
+
+class ParseDataset(_Unary):
+    def __init__(self, input_ds, features, num_parallel_calls=None):
+        super().__init__(input_ds)
+        self.spec = normalize_spec(features)
+        self.threads = _threads(num_parallel_calls)
+        self.tree, _ = flatten({k: 0 for k in self.spec})
+
+    def _parse_block(self, block: Block) -> Block:
+        """Parse a block whole; at a malformed record, deliver the rows before it (PartialBlock)
+        and then raise an error naming the file, the record's index in it and its offset."""
+        col = _records_leaf(block)
+        bytes_like = (bytes, bytearray, memoryview)
+        if isinstance(col, RecordColumn) or (
+            isinstance(col, np.ndarray) and col.dtype == object and col.ndim == 1
+            and (not len(col) or isinstance(col[0], bytes_like))
+        ):
+            try:
+                parsed = _parse_column(col, self.spec, 0)
+            except (SpecError, InvalidExampleError):
+                bad, error = _locate(col, self.spec)
+                if not bad:
+                    raise error from None
+                raise PartialBlock(self._parse_block(block.slice(0, bad)), error) from None
+            origin = None if block.origin is None else block.origin.with_kind("parsed")
+            return Block(self.tree, [parsed[k] for k in self.tree.keys], block.n, origin)
+        if not (isinstance(col, np.ndarray) and col.dtype == object):
+            raise TypeError(
+                f"parse() needs serialized tf.train.Example records (bytes) as elements, not "
+                f"{getattr(col, 'dtype', type(col).__name__)} values")
+        # elements are batches of records: parse each batch whole
+        rows = []
+        for element in (col[i] for i in range(len(col))):
+            records = element if isinstance(element, RecordColumn) else np.asarray(element)
+            try:
+                parsed = _parse_column(records, self.spec, 0)
+            except (SpecError, InvalidExampleError):
+                _, error = _locate(records, self.spec)
+                if not rows:
+                    raise error from None
+                raise PartialBlock(Block.from_elements(self.tree, rows), error) from None
+            rows.append([parsed[k] for k in self.tree.keys])
+        return Block.from_elements(self.tree, rows)
+
+    def _make_iterator(self, ctx):
+        return _BlockMapIterator(self.input._make_iterator(ctx), self._parse_block, self.threads)
+
+    def cardinality(self):
+        return self.input.cardinality()
+
+    def _spec(self):
+        from tpudata.dataset.spec import TensorSpec, VarLenSpec, _static
+        from tpudata.example.spec import FixedLenFeature
+
+        inner = _static(self.input)
+        if inner is None:
+            return None
+        lead = inner.shape if isinstance(inner, TensorSpec) else ()
+        out = {}
+        for name, feat in self.spec.items():
+            if isinstance(feat, FixedLenFeature):
+                out[name] = TensorSpec(tuple(lead) + feat.shape, feat.dtype)
+            else:
+                out[name] = VarLenSpec(tuple(lead) + (None,), feat.dtype)
+        return out
+
+
+def parse_dataset(input_ds: Dataset, features, num_parallel_calls=None) -> Dataset:
+    """``input.parse(features)``; parsing moves ahead of a directly preceding shuffle.
+
+    Shuffling decides its order from element counts only, so shuffle-then-parse and
+    parse-then-shuffle give identical elements; parsing first keeps compact arrays (not raw read
+    buffers) in the shuffle buffer.
+    """
+    from tpudata.dataset.shuffle import ShuffleDataset
+
+    if isinstance(input_ds, ShuffleDataset):
+        inner = parse_dataset(input_ds.input, features, num_parallel_calls)
+        return ShuffleDataset(inner, input_ds.buffer_size, input_ds.seed,
+                              input_ds.reshuffle_each_iteration, spill_url=input_ds.spill_url,
+                              spill_bytes=input_ds.spill_bytes)
+    return ParseDataset(input_ds, features, num_parallel_calls)
+
+
+__all__ = ["ParseDataset", "parse_dataset"]

@@ -1,0 +1,189 @@
+"""A bounded pool of reader threads shared by the open sub-iterators of a parallel interleave.
+
+Instead of a thread per file (a thread start and teardown per file, unbounded when files are
+many and small), an interleave owns ``threads`` workers; each open sub-iterator is a
+:class:`PooledReader` that asks the pool to read its next block whenever its buffer has room.
+Readers for the next input elements can be created ahead (their files open in the pool while
+the current ones are consumed). Blocks travel with the state after them, errors with their
+traceback, as in :mod:`tpudata.dataset.prefetch`.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import threading
+
+from tpudata.dataset.iterator import DEFAULT_WANT, BlockIterator, IterContext, wait_for
+
+logger = logging.getLogger(__name__)
+
+_END = object()
+_pool_ids = itertools.count()
+
+
+class ReaderPool:
+    """``threads`` workers running :meth:`PooledReader._step` for readers that have room."""
+
+    def __init__(self, threads: int, ctx: IterContext, name: str = "tpudata-interleave"):
+        self.size = max(1, int(threads))
+        self.ctx = ctx
+        self.name = f"{name}-{next(_pool_ids)}"
+        self.cond = threading.Condition()
+        self.tasks: collections.deque = collections.deque()
+        self.workers: list[threading.Thread] = []
+        self.idle = 0
+        self.stopped = False
+
+    def _submit(self, reader: "PooledReader") -> None:
+        """Queue a read (caller holds ``cond``)."""
+        self.tasks.append(reader)
+        if self.idle == 0 and len(self.workers) < self.size:
+            t = threading.Thread(target=self._run, name=f"{self.name}-{len(self.workers)}",
+                                 daemon=True)
+            self.workers.append(t)
+            t.start()
+        self.cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                self.idle += 1
+                try:
+                    while not self.tasks and not self._stopping():
+                        self.cond.wait(0.1)
+                finally:
+                    self.idle -= 1
+                if self._stopping():
+                    return
+                reader = self.tasks.popleft()
+            reader._step()
+
+    def _stopping(self) -> bool:
+        return self.stopped or self.ctx.stop.is_set()
+
+    def close(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.tasks.clear()
+            self.cond.notify_all()
+        for t in self.workers:
+            t.join(self.ctx.join_budget())  # closing: a shared deadline, not one per thread
+        self.workers = []
+
+
+class PooledReader(BlockIterator):
+    """A sub-iterator read ahead by a :class:`ReaderPool`, at most ``max_blocks`` blocks."""
+
+    def __init__(self, it: BlockIterator, pool: ReaderPool, max_blocks: int = 2,
+                 max_bytes: int = 64 << 20):
+        self.it = it
+        self.pool = pool
+        self.cond = pool.cond
+        self.max_blocks = max_blocks
+        self.max_bytes = max_bytes
+        self.items: collections.deque = collections.deque()
+        self.bytes = 0
+        self.scheduled = False  # a read is queued or running
+        self.producer_done = False
+        self.closed = False
+        self.finished = False
+        self.state = it.get_state()  # consumer-side position
+
+    # -- pool side -------------------------------------------------------------------------------
+    def _schedule(self) -> None:
+        """Queue a read if there is room (caller holds ``cond``)."""
+        if (not self.scheduled and not self.producer_done and not self.closed
+                and len(self.items) < self.max_blocks and self.bytes < self.max_bytes):
+            self.scheduled = True
+            self.pool._submit(self)
+
+    def start(self) -> None:
+        with self.cond:
+            self._schedule()
+
+    def _has_room(self) -> bool:
+        return (not self.producer_done and not self.closed and len(self.items) < self.max_blocks
+                and self.bytes < self.max_bytes)
+
+    def _step(self) -> None:
+        """Read blocks while there is room (one task per file for small files), then yield."""
+        while True:
+            try:
+                self.it.want = DEFAULT_WANT  # a sub-dataset may run user code: modest blocks
+                block = self.it.next()
+                after = self.it.get_state()
+                item = (_END if block is None else block, after,
+                        0 if block is None else block.nbytes)
+            except BaseException as exc:  # surfaces in the consumer with this traceback
+                item = (exc, None, 0)
+            with self.cond:
+                if self.closed:  # closed while reading: release the sub-iterator here
+                    self.scheduled = False
+                    self.cond.notify_all()
+                    break
+                self.items.append(item)
+                self.bytes += item[2]
+                if item[0] is _END or isinstance(item[0], BaseException):
+                    self.producer_done = True
+                self.cond.notify_all()
+                if self._has_room() and not self.pool._stopping():
+                    continue  # keep this worker on this reader
+                self.scheduled = False
+                return
+        self.it.close()
+
+    # -- consumer side ---------------------------------------------------------------------------
+    def ready(self) -> bool:
+        """Whether a block (or the end, or an error) is waiting."""
+        return bool(self.items) or self.finished
+
+    def next(self):
+        if self.finished:
+            return None
+        with self.cond:
+            self._schedule()
+            wait_for(self.cond, lambda: self.items, self.pool.ctx)
+            item, after, nbytes = self.items.popleft()
+            self.bytes -= nbytes
+            self._schedule()
+        if isinstance(item, BaseException):
+            self.finished = True
+            raise item
+        self.state = after
+        if item is _END:
+            self.finished = True
+            return None
+        return item
+
+    def get_state(self):
+        return self.state
+
+    def set_state(self, state):
+        with self.cond:
+            wait_for(self.cond, lambda: not self.scheduled, self.pool.ctx)
+            self.items.clear()
+            self.bytes = 0
+            self.producer_done = False
+        self.finished = False
+        self.it.set_state(state)
+        self.state = state
+
+    def close(self):
+        with self.cond:
+            if self.closed:
+                return
+            self.closed = True
+            try:
+                self.pool.tasks.remove(self)
+                self.scheduled = False
+            except ValueError:
+                pass
+            busy = self.scheduled  # a worker is reading: it closes the sub-iterator
+            self.items.clear()
+        if not busy:
+            self.it.close()
+
+
+__all__ = ["PooledReader", "ReaderPool"]
