@@ -1,0 +1,140 @@
+"""Pure-Python map work in worker processes (ProcessMapper) against one process, in the same run.
+
+Two CPU-bound functions that hold the GIL, over in-memory elements:
+
+- tokenize: a loop-heavy, tokenizer-like function (lower-casing, splitting on non-alphanumerics,
+  hashing each token to an id character by character) over ~50,000 texts of ~60 words; returns a
+  small int32 array per text (travels inline in the pipe).
+- features: a pure-Python loop (~1 ms) that fills a ~100 KB float32 array per element (travels
+  through shared memory).
+
+The peer is the same function applied in-line in this process (``[fn(x) for x in elements]``).
+ProcessMapper runs with ``num_workers`` processes (default 2, the cores of the dev machine), with
+the default ``max_in_flight`` (2 per worker: one element per message) and with a larger one (room
+to send quick elements in chunks); its start-up (first results) is reported apart, and the rate
+is measured after it, over the whole input.
+Prints throughput and the ratio; best of --repeat.
+
+    python benchmarks/bench_map_processes.py [--workers 2] [--texts 50000] [--arrays 5000]
+        [--repeat 2] [--max-in-flight 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tpudata.dataset.procpool import ProcessMapper  # noqa: E402
+
+VOCAB = 30_000
+WORDS = ("the of and to in is was for on that with by as at from his her an were are which this "
+         "be has had it not or have one their first also new after its who two more other time "
+         "year used may over into only some most state world when between during three film "
+         "city team known part").split()
+
+
+def tokenize(text: str) -> np.ndarray:
+    """Lower-case, split on non-alphanumerics, hash each token to an id (all in Python loops)."""
+    ids = []
+    token = []
+    for ch in text:
+        if ch.isalnum():
+            token.append(ch.lower())
+        elif token:
+            h = 2166136261
+            for c in token:
+                h = ((h ^ ord(c)) * 16777619) & 0xFFFFFFFF
+            ids.append(h % VOCAB)
+            token = []
+    if token:
+        h = 2166136261
+        for c in token:
+            h = ((h ^ ord(c)) * 16777619) & 0xFFFFFFFF
+        ids.append(h % VOCAB)
+    return np.asarray(ids, dtype=np.int32)
+
+
+def features(seed: int) -> dict:
+    """~100 KB of float32 features: 2,560 cells by a pure-Python loop (an LCG), tiled 10 times."""
+    n = 2_560
+    values = [0.0] * n
+    x = seed + 1
+    for i in range(n):
+        x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+        values[i] = x / 2147483648.0
+    return {"features": np.tile(np.asarray(values, dtype=np.float32), 10), "seed": seed}
+
+
+def make_texts(n: int) -> list[str]:
+    rng = random.Random(0)
+    return [" ".join(rng.choice(WORDS).capitalize() if rng.random() < 0.1 else rng.choice(WORDS)
+                     for _ in range(60)) + "." for _ in range(n)]
+
+
+def inline_rate(fn, elements) -> float:
+    start = time.perf_counter()
+    for x in elements:
+        fn(x)
+    return len(elements) / (time.perf_counter() - start)
+
+
+def process_rate(fn, elements, workers: int, max_in_flight: int | None) -> tuple[float, float]:
+    """(elements/s after start-up, start-up seconds to the first result)."""
+    start = time.perf_counter()
+    with ProcessMapper(fn, num_workers=workers, max_in_flight=max_in_flight) as mapper:
+        list(mapper.imap(elements[: 2 * workers]))  # start-up: first results from every worker
+        startup = time.perf_counter() - start
+        start = time.perf_counter()
+        count = 0
+        for _ in mapper.imap(elements):
+            count += 1
+        rate = count / (time.perf_counter() - start)
+    assert count == len(elements)
+    return rate, startup
+
+
+def check_results(fn, elements, workers: int) -> None:
+    with ProcessMapper(fn, num_workers=workers) as mapper:
+        for position, value in mapper.imap(elements[:50]):
+            expected = fn(elements[position])
+            if isinstance(expected, dict):
+                assert np.array_equal(value["features"], expected["features"])
+            else:
+                assert np.array_equal(value, expected)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--texts", type=int, default=50_000)
+    parser.add_argument("--arrays", type=int, default=5_000)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--max-in-flight", type=int, default=64,
+                        help="also measured besides the default (2 * workers): room for chunks")
+    args = parser.parse_args(argv)
+    print(f"cores: {os.cpu_count()}, workers: {args.workers}, load average: "
+          f"{os.getloadavg()[0]:.2f} (other processes on the machine skew both sides)")
+    cases = [("tokenize", tokenize, make_texts(args.texts)),
+             ("features", features, list(range(args.arrays)))]
+    for name, fn, elements in cases:
+        check_results(fn, elements, args.workers)
+        one = max(inline_rate(fn, elements) for _ in range(args.repeat))
+        print(f"{name:9s} {len(elements):6d} elements: in-line {one:8.0f}/s", flush=True)
+        for max_in_flight in (None, args.max_in_flight):
+            runs = [process_rate(fn, elements, args.workers, max_in_flight)
+                    for _ in range(args.repeat)]
+            best, startup = max(runs)
+            label = f"ProcessMapper({args.workers}, max_in_flight={max_in_flight or 2 * args.workers})"
+            print(f"    {label:38s} {best:8.0f}/s   ratio {best / one:.2f}x   "
+                  f"(start-up {startup:.2f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
