@@ -3,7 +3,7 @@
 Two CPU-bound functions that hold the GIL, over in-memory elements:
 
 - tokenize: a loop-heavy, tokenizer-like function (lower-casing, splitting on non-alphanumerics,
-  hashing each token to an id character by character) over ~50,000 texts of ~60 words; returns a
+  hashing each token to an id character by character) over ~50,000 texts of 250 words; returns a
   small int32 array per text (travels inline in the pipe).
 - features: a pure-Python loop (~1 ms) that fills a ~100 KB float32 array per element (travels
   through shared memory).
@@ -13,7 +13,8 @@ ProcessMapper runs with ``num_workers`` processes (default 2, the cores of the d
 the default ``max_in_flight`` (2 per worker: one element per message) and with a larger one (room
 to send quick elements in chunks); its start-up (first results) is reported apart, and the rate
 is measured after it, over the whole input.
-Prints throughput and the ratio; best of --repeat.
+Prints throughput and the ratio (best of --repeat), and the CPU time per element of each side
+(from /proc): on a shared machine the CPU times show what the ratio would be on an idle one.
 
     python benchmarks/bench_map_processes.py [--workers 2] [--texts 50000] [--arrays 5000]
         [--repeat 2] [--max-in-flight 64]
@@ -22,6 +23,7 @@ Prints throughput and the ratio; best of --repeat.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import random
 import sys
@@ -34,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tpudata.dataset.procpool import ProcessMapper  # noqa: E402
 
 VOCAB = 30_000
+WORDS_PER_TEXT = 250  # a paragraph: ~1.3 KB of text
 WORDS = ("the of and to in is was for on that with by as at from his her an were are which this "
          "be has had it not or have one their first also new after its who two more other time "
          "year used may over into only some most state world when between during three film "
@@ -75,29 +78,47 @@ def features(seed: int) -> dict:
 def make_texts(n: int) -> list[str]:
     rng = random.Random(0)
     return [" ".join(rng.choice(WORDS).capitalize() if rng.random() < 0.1 else rng.choice(WORDS)
-                     for _ in range(60)) + "." for _ in range(n)]
+                     for _ in range(WORDS_PER_TEXT)) + "." for _ in range(n)]
 
 
-def inline_rate(fn, elements) -> float:
-    start = time.perf_counter()
+def inline_rate(fn, elements) -> tuple[float, float]:
+    """(elements/s, CPU s/element) of fn applied in this process."""
+    start, cpu = time.perf_counter(), time.process_time()
     for x in elements:
         fn(x)
-    return len(elements) / (time.perf_counter() - start)
+    return len(elements) / (time.perf_counter() - start), (time.process_time() - cpu) / len(elements)
 
 
-def process_rate(fn, elements, workers: int, max_in_flight: int | None) -> tuple[float, float]:
-    """(elements/s after start-up, start-up seconds to the first result)."""
+def cpu_seconds(pids) -> float:
+    """CPU time (user + system) of processes, from /proc (0.0 where there is no /proc)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def process_rate(fn, elements, workers: int, max_in_flight: int | None) -> tuple:
+    """(elements/s after start-up, start-up s, parent CPU s/element, workers' CPU s/element)."""
     start = time.perf_counter()
     with ProcessMapper(fn, num_workers=workers, max_in_flight=max_in_flight) as mapper:
         list(mapper.imap(elements[: 2 * workers]))  # start-up: first results from every worker
         startup = time.perf_counter() - start
+        pids = [p.pid for p in multiprocessing.active_children() if p.name.startswith("tpudata-map")]
+        workers_cpu, parent_cpu = cpu_seconds(pids), time.process_time()
         start = time.perf_counter()
         count = 0
         for _ in mapper.imap(elements):
             count += 1
         rate = count / (time.perf_counter() - start)
+        parent_cpu = (time.process_time() - parent_cpu) / count
+        workers_cpu = (cpu_seconds(pids) - workers_cpu) / count
     assert count == len(elements)
-    return rate, startup
+    return rate, startup, parent_cpu, workers_cpu
 
 
 def check_results(fn, elements, workers: int) -> None:
@@ -125,15 +146,17 @@ def main(argv=None) -> None:
              ("features", features, list(range(args.arrays)))]
     for name, fn, elements in cases:
         check_results(fn, elements, args.workers)
-        one = max(inline_rate(fn, elements) for _ in range(args.repeat))
-        print(f"{name:9s} {len(elements):6d} elements: in-line {one:8.0f}/s", flush=True)
+        one, one_cpu = max(inline_rate(fn, elements) for _ in range(args.repeat))
+        print(f"{name:9s} {len(elements):6d} elements: in-line {one:8.0f}/s   "
+              f"(CPU {one_cpu * 1e6:.0f} us/element)", flush=True)
         for max_in_flight in (None, args.max_in_flight):
             runs = [process_rate(fn, elements, args.workers, max_in_flight)
                     for _ in range(args.repeat)]
-            best, startup = max(runs)
+            best, startup, parent_cpu, workers_cpu = max(runs)
             label = f"ProcessMapper({args.workers}, max_in_flight={max_in_flight or 2 * args.workers})"
-            print(f"    {label:38s} {best:8.0f}/s   ratio {best / one:.2f}x   "
-                  f"(start-up {startup:.2f} s)", flush=True)
+            print(f"    {label:38s} {best:8.0f}/s   ratio {best / one:.2f}x   (start-up "
+                  f"{startup:.2f} s; CPU us/element: parent {parent_cpu * 1e6:.0f}, workers "
+                  f"{workers_cpu * 1e6:.0f})", flush=True)
 
 
 if __name__ == "__main__":

@@ -37,3 +37,22 @@ def apply(task):
 def sleep_forever(x):
     time.sleep(60)
     return x
+
+
+class LoadsOnlyInParent:
+    """A callable that pickles in the parent but refuses to be unpickled in a worker."""
+
+    def __init__(self):
+        self.parent = os.getpid()
+
+    def __call__(self, x):
+        return x
+
+    def __reduce__(self):
+        return (_load_in, (self.parent,))
+
+
+def _load_in(parent: int) -> LoadsOnlyInParent:
+    if os.getpid() != parent:
+        raise RuntimeError("this function cannot be loaded in a worker")
+    return LoadsOnlyInParent()

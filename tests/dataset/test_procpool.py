@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -15,10 +16,12 @@ import time
 import numpy as np
 import pytest
 
-from tests.dataset.procpool_fns import apply, sleep_forever
+from tests.dataset.procpool_fns import LoadsOnlyInParent, apply, sleep_forever
 from tpudata.dataset import _shm
 from tpudata.dataset.procpool import ProcessMapper
 from tpudata.errors import NotPicklableError, TpuDataError, WorkerError
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="counts segments in /dev/shm")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -133,6 +136,19 @@ def test_shared_memory_slots_are_reused_grown_and_freed():
     assert not our_segments("slots_")
 
 
+def test_quick_elements_travel_in_chunks_within_max_in_flight():
+    tasks = [("square", i) for i in range(3000)] + [("raise", 3000)] + [("square", 1)] * 50
+    source = Pulls(tasks)
+    got = []
+    with ProcessMapper(apply, num_workers=2, max_in_flight=32) as m:
+        with pytest.raises(WorkerError) as info:
+            for position, value in m.imap(source):
+                assert source.taken - len(got) <= 32
+                got.append((position, value))
+    assert got == [(i, i * i) for i in range(3000)]
+    assert info.value.position == 3000 and "bad element 3000" in str(info.value)
+
+
 def test_completion_order_when_not_deterministic():
     tasks = [("sleep", 0.4)] + [("square", i) for i in range(1, 8)]
     with ProcessMapper(apply, num_workers=2, deterministic=False) as m:
@@ -157,9 +173,31 @@ def test_fn_error_carries_the_worker_traceback(mapper):
     assert 'raise ValueError(f"bad element {arg!r}")' in e.worker_traceback
     assert e.worker_traceback in str(e)
     assert isinstance(e.__cause__, ValueError) and str(e.__cause__) == "bad element 'x3'"
+    copy = pickle.loads(pickle.dumps(e))
+    assert (copy.pid, copy.position, copy.worker_traceback, str(copy)) == (
+        e.pid, 2, e.worker_traceback, str(e))
     # the mapper stays usable, and results of the abandoned run do not leak into the next one
     assert list(mapper.imap([("square", 5)])) == [(0, 25)]
     assert bounded_segments()
+
+
+def test_input_error_comes_after_the_earlier_results(mapper):
+    def source():
+        yield from [("sleep", 0.2), ("square", 2), ("square", 3)]
+        raise OSError("input broke")
+
+    got = []
+    with pytest.raises(OSError, match="input broke"):
+        for item in mapper.imap(source()):
+            got.append(item)
+    assert got == [(0, 0.2), (1, 4), (2, 9)]
+
+
+def test_element_that_does_not_pickle_is_named(mapper):
+    with pytest.raises(NotPicklableError, match="element 1 cannot be sent") as info:
+        list(mapper.imap([("echo", 1), ("echo", threading.Lock()), ("echo", 3)]))
+    assert isinstance(info.value, TypeError)
+    assert list(mapper.imap([("echo", 4)])) == [(0, 4)]
 
 
 def test_abandoned_run_does_not_leak_segments(mapper):
@@ -195,11 +233,12 @@ def test_lambda_without_cloudpickle_says_to_use_a_named_function(monkeypatch):
     assert worker_pids() == before
 
 
-def test_lambda_with_cloudpickle_and_spawn():
-    pytest.importorskip("cloudpickle")
-    offset = 10
-    with ProcessMapper(lambda x: x + offset, num_workers=1, start_method="spawn") as m:
-        assert list(m.imap(range(3))) == [(0, 10), (1, 11), (2, 12)]
+def test_fn_that_cannot_load_in_a_worker_gives_its_traceback():
+    with ProcessMapper(LoadsOnlyInParent(), num_workers=1) as m:
+        with pytest.raises(WorkerError, match="could not start") as info:
+            next(m.imap([1]))
+    assert "this function cannot be loaded in a worker" in info.value.worker_traceback
+    assert "LoadsOnlyInParent object" in str(info.value)
 
 
 def test_killed_worker_gives_a_clear_error():
@@ -248,11 +287,14 @@ def test_close_from_another_thread_wakes_a_blocked_consumer():
         m.imap([1])
 
 
-def test_garbage_collection_closes():
+def test_spawn_workers_run_a_lambda_and_garbage_collection_stops_them():
+    pytest.importorskip("cloudpickle")
     before = worker_pids()
-    m = ProcessMapper(apply, num_workers=2)
-    assert list(m.imap([("square", 3)])) == [(0, 9)]
+    offset = 10
+    m = ProcessMapper(lambda x: x + offset, num_workers=2, start_method="spawn")
+    assert list(m.imap(range(3))) == [(0, 10), (1, 11), (2, 12)]
     pids = worker_pids() - before
+    assert len(pids) == 2
     del m
     gc.collect()
     assert all(gone(pid) for pid in pids) and not (worker_pids() & pids)

@@ -17,7 +17,6 @@ waits on the workers' pipes, their exit sentinels and a wake-up pipe that :meth:
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import logging
 import multiprocessing
@@ -27,15 +26,14 @@ import pickle
 import secrets
 import selectors
 import signal
-import sys
 import threading
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from tpudata.dataset import _shm
+from tpudata import _accel
+from tpudata.dataset import _procworker, _shm
 from tpudata.errors import NotPicklableError, WorkerError
 
 logger = logging.getLogger(__name__)
@@ -46,12 +44,6 @@ _WORKER_DEPTH = 2  # chunks a worker holds at once: one running, one waiting in 
 _CHUNK_TARGET_S = 0.004  # a chunk of quick elements holds about this much work of fn
 _STOP_GRACE_S = 0.2  # close(): time for idle workers to exit before they are terminated
 _JOIN_S = 0.5  # close(): time for a terminated worker to exit before it is killed
-_PARENT_POLL_S = 1.0  # a worker checks this often that its parent still lives
-_STOP = pickle.dumps(None)
-
-
-def _dumps(message: tuple) -> bytes:
-    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 class ProcessMapper:
@@ -91,7 +83,7 @@ class ProcessMapper:
         if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise ValueError(f"max_in_flight must be a positive int or None, got {max_in_flight!r}")
         self._closed = True  # until everything below exists, so that __del__ is safe
-        self._fn_name = getattr(fn, "__qualname__", repr(fn))
+        self._fn_name = getattr(fn, "__qualname__", None) or f"a {type(fn).__qualname__} object"
         self._num_workers = num_workers
         self._max_in_flight = max_in_flight
         self._chunk_max = max(1, max_in_flight // (_WORKER_DEPTH * num_workers))
@@ -99,7 +91,9 @@ class ProcessMapper:
         self._deterministic = bool(deterministic)
         self._start_method = _start_method(start_method)
         fn_bytes = _dumps_fn(fn)
+        _accel.ensure_allocator_tuned()  # results are copied into fresh memory: keep it mapped
         self._lock = threading.Lock()
+        self._closing_done = threading.Event()
         self._prefix = f"tpd{os.getpid()}{secrets.token_hex(3)}_"
         self._task_ids = itertools.count()
         self._tasks: dict[int, _Task] = {}
@@ -118,7 +112,7 @@ class ProcessMapper:
             for index in range(num_workers):
                 conn, child_conn = ctx.Pipe(duplex=True)
                 process = ctx.Process(
-                    target=_worker_main, name=f"tpudata-map-{index}", daemon=True,
+                    target=_procworker.main, name=f"tpudata-map-{index}", daemon=True,
                     args=(child_conn, fn_bytes, f"{self._prefix}w{index}_", os.getpid()))
                 process.start()
                 child_conn.close()
@@ -143,31 +137,39 @@ class ProcessMapper:
         """Stop the workers (within ~1 s) and free shared memory; idempotent, any thread."""
         with self._lock:
             if self._closed:
-                return
-            self._closed = True
-            _write_quietly(self._wake_w)
-            workers = list(self._workers)
-            for w in workers:
-                try:
-                    w.conn.send_bytes(_STOP)
-                except (OSError, ValueError):
-                    pass
-        _stop_processes([w.process for w in workers])
-        for w in workers:
-            self._drain_after_exit(w)
-            w.conn.close()
-            w.process.close()
-            w.results.close()
-            w.inputs.close()
-        self._tasks.clear()
-        left = _shm.sweep(self._prefix)
-        if left:
-            logger.debug("removed %d shared-memory segments left by stopped workers", len(left))
-        with self._lock:
-            if self._waiting:
-                self._selector_deferred = True
+                closing = self._closing_done
             else:
-                self._close_selector()
+                closing = None
+                self._closed = True
+                _write_quietly(self._wake_w)
+                workers = list(self._workers)
+                for w in workers:
+                    try:
+                        w.conn.send_bytes(_procworker.STOP)
+                    except (OSError, ValueError):
+                        pass
+        if closing is not None:  # closed already, or being closed by another thread
+            closing.wait(_STOP_GRACE_S + 2 * _JOIN_S + 1.0)
+            return
+        try:
+            _stop_processes([w.process for w in workers])
+            for w in workers:
+                self._drain_after_exit(w)
+                w.conn.close()
+                w.process.close()
+                w.results.close()
+                w.inputs.close()
+            self._tasks.clear()
+            left = _shm.sweep(self._prefix)
+            if left:
+                logger.debug("removed %d shared-memory segments left by stopped workers", len(left))
+            with self._lock:
+                if self._waiting:
+                    self._selector_deferred = True
+                else:
+                    self._close_selector()
+        finally:
+            self._closing_done.set()
         logger.debug("closed the workers of %s", self._fn_name)
 
     def __enter__(self) -> ProcessMapper:
@@ -209,9 +211,19 @@ class ProcessMapper:
                     worker = self._free_worker()
                     if worker is None:
                         break
-                    size = min(self._chunk_size(), self._max_in_flight - session.outstanding)
-                    chunk = list(itertools.islice(it, size))
-                    exhausted = len(chunk) < size
+                    size = self._chunk_size()
+                    room = self._max_in_flight - session.outstanding
+                    if room < size and worker.tasks:
+                        break  # wait for room for a whole chunk; an idle worker takes less
+                    size = min(size, room)
+                    chunk = []
+                    try:
+                        for _ in range(size):
+                            chunk.append(next(it))
+                    except StopIteration:
+                        exhausted = True
+                    except Exception as e:  # raised after the results of the earlier elements
+                        exhausted, session.input_error = True, e
                     if chunk and not self._send(session, worker, chunk):
                         return
                 item = session.pop_ready()
@@ -222,6 +234,8 @@ class ProcessMapper:
                     yield position, value
                     continue
                 if exhausted and session.outstanding == 0:
+                    if session.input_error is not None:
+                        raise session.input_error
                     return
                 if not self._wait():
                     return
@@ -258,7 +272,7 @@ class ProcessMapper:
             worker.tasks.add(task_id)
             session.outstanding += len(chunk)
             try:
-                worker.conn.send_bytes(_dumps((task_id, payload, worker.freed)))
+                worker.conn.send_bytes(_procworker.dumps((task_id, payload, worker.freed)))
             except OSError:
                 pass  # the worker died; its exit sentinel reports it
             worker.freed = []
@@ -446,6 +460,7 @@ class _Session:
         self.ready: dict[int, tuple] = {}
         self.done: deque = deque()
         self.fatal: WorkerError | None = None
+        self.input_error: Exception | None = None  # what the input iterator raised
 
     def put(self, position: int, error: WorkerError | None, value: Any) -> None:
         if self.deterministic:
@@ -556,106 +571,3 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return str(number)
-
-
-# -- the worker process -------------------------------------------------------------------------
-
-def _worker_main(conn, fn_bytes: bytes, segment_prefix: str, parent_pid: int) -> None:
-    """Run in the worker: receive ``(task_id, payload)``, answer ``("ok"|"err", task_id, ...)``."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    _exit_with_parent(parent_pid)
-    try:
-        fn = pickle.loads(fn_bytes)
-    except BaseException:
-        _send_quietly(conn, ("fatal", None, traceback.format_exc()))
-        return
-    results = _shm.Sender(segment_prefix)
-    inputs = _shm.Receiver()
-    try:
-        _serve(conn, fn, inputs, results)
-    finally:
-        inputs.close()
-        results.close()
-
-
-def _serve(conn, fn: Callable, inputs: _shm.Receiver, results: _shm.Sender) -> None:
-    while True:
-        try:
-            message = pickle.loads(conn.recv_bytes())
-        except (EOFError, OSError):
-            return
-        if message is None:
-            return
-        task_id, payload, freed = message
-        for slot in freed:
-            results.release(slot)
-        start = time.perf_counter()
-        entries = []
-        for element in inputs.decode(payload):
-            try:
-                entries.append((True, fn(element)))
-            except Exception as e:
-                entries.append((False, _dumps_exception(e), traceback.format_exc()))
-        seconds = time.perf_counter() - start
-        try:
-            out, _ = results.encode(entries)
-        except Exception:
-            out, _ = results.encode([_picklable_entry(e) for e in entries])
-        if not _send_quietly(conn, ("r", task_id, out, seconds)):
-            _shm.discard(out)
-            return
-
-
-def _picklable_entry(entry: tuple) -> tuple:
-    """The entry, or an error entry in place of a result that does not pickle."""
-    if not entry[0]:
-        return entry
-    try:
-        pickle.dumps(entry[1], protocol=5, buffer_callback=lambda b: None)
-        return entry
-    except Exception as e:
-        text = "the result of fn could not be pickled to send it back:\n" + traceback.format_exc()
-        return (False, _dumps_exception(e), text)
-
-
-def _dumps_exception(e: BaseException) -> bytes | None:
-    try:
-        data = pickle.dumps(e, protocol=5)
-        pickle.loads(data)
-        return data
-    except Exception:
-        return None
-
-
-def _send_quietly(conn, message) -> bool:
-    try:
-        conn.send_bytes(_dumps(message))
-        return True
-    except (OSError, EOFError):
-        return False
-
-
-def _exit_with_parent(parent_pid: int) -> None:
-    """End this worker when the parent dies: PR_SET_PDEATHSIG on Linux, plus a polling thread.
-
-    With forkserver the direct parent is the fork server, which exits when the real parent does;
-    the polling thread covers the other platforms and that short chain.
-    """
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-
-    def watch() -> None:
-        while True:
-            time.sleep(_PARENT_POLL_S)
-            try:
-                os.kill(parent_pid, 0)
-            except ProcessLookupError:
-                os._exit(1)
-            except PermissionError:
-                pass
-
-    threading.Thread(target=watch, name="tpudata-parent-watch", daemon=True).start()
