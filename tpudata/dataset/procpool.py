@@ -52,24 +52,31 @@ class ProcessMapper:
     ``fn`` must pickle: cloudpickle is used when it is installed (then lambdas, nested functions
     and functions of ``__main__`` work too); otherwise the standard pickle, which needs a function
     defined with ``def`` at the top level of an importable module. A function that does not pickle
-    raises :class:`~tpudata.errors.NotPicklableError` here.
+    raises :class:`~tpudata.errors.NotPicklableError` here. Workers start with ``start_method``
+    (``"forkserver"`` where available, else ``"spawn"``; ``"fork"`` is refused) when the mapper
+    is made; the first results come once they have imported ``fn``'s module (~0.3 s).
 
-    :meth:`imap` pulls its input lazily: at most ``max_in_flight`` (default ``2 * num_workers``)
-    elements are taken from ``elements`` and not yet yielded. With ``deterministic=True`` results
-    come in input order, otherwise in completion order. Workers start with ``start_method``
-    (``"forkserver"`` where available, else ``"spawn"``; ``"fork"`` is refused).
+    :meth:`imap` pulls ``elements`` lazily: at most ``max_in_flight`` (default ``2 * num_workers``)
+    elements are taken and not yet yielded. With ``deterministic=True`` results come in input
+    order, otherwise in completion order. A worker holds at most two messages; when ``fn`` is quick
+    (under ~4 ms) and ``max_in_flight`` leaves room, a message carries a chunk of up to
+    ``max_in_flight // (2 * num_workers)`` elements, so per-message costs (~50 us) are shared:
+    give quick functions a ``max_in_flight`` of 32 or more.
 
-    Errors reach the consumer as :class:`~tpudata.errors.WorkerError`: when ``fn`` raises (at that
-    element's turn; the message holds the worker's traceback and ``__cause__`` is the original
-    exception when it unpickles), when a worker dies (e.g. SIGKILL; the message names the pid,
-    the signal and the element) and when ``fn`` cannot be loaded in a worker. After a worker died
-    the mapper is unusable. Workers exit when the parent process dies.
+    Errors reach the consumer as :class:`~tpudata.errors.WorkerError` (``pid``, ``position``,
+    ``exitcode``, ``worker_traceback``): when ``fn`` raises (at that element's turn, after the
+    results before it; the message holds the worker's traceback and ``__cause__`` is the original
+    exception when it unpickles), when a worker dies (e.g. SIGKILL: the message names the pid, the
+    signal and the element; the mapper is unusable afterwards) and when ``fn`` cannot be loaded in
+    a worker. An exception from the input iterator itself is raised unchanged, after the results
+    of the elements before it. Workers exit when the parent process dies.
 
     :meth:`close` (also ``with`` and garbage collection) stops the workers within about a second
     even while ``fn`` runs long, and frees every shared-memory segment. It may be called from any
     thread: a consumer blocked in ``next()`` on another thread wakes up and its iterator ends
-    (``StopIteration``). Calling :meth:`imap` on a closed mapper raises ``ValueError``.
-    One :meth:`imap` runs at a time; start the next one after the previous ended or was closed.
+    (``StopIteration``). Calling :meth:`imap` on a closed mapper raises ``ValueError``. One
+    :meth:`imap` runs at a time; start the next one after the previous ended or was closed (its
+    results still in flight are dropped).
     """
 
     def __init__(self, fn: Callable[[Any], Any], num_workers: int, *, max_in_flight: int | None = None,
@@ -128,7 +135,9 @@ class ProcessMapper:
     # -- public API ---------------------------------------------------------------------------
 
     def imap(self, elements: Iterable) -> Iterator[tuple[int, Any]]:
-        """Yield ``(position in elements, fn(element))``; see the class docstring for the order."""
+        """Yield ``(position in elements, fn(element))`` for each element, in input order if
+        ``deterministic`` else in completion order, with at most ``max_in_flight`` elements taken
+        and not yet yielded."""
         if self._closed:
             raise ValueError("ProcessMapper is closed")
         return self._iterate(iter(elements))
