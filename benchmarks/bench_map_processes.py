@@ -13,11 +13,12 @@ ProcessMapper runs with ``num_workers`` processes (default 2, the cores of the d
 the default ``max_in_flight`` (2 per worker: one element per message) and with a larger one (room
 to send quick elements in chunks); its start-up (first results) is reported apart, and the rate
 is measured after it, over the whole input.
-Prints throughput and the ratio (best of --repeat), and the CPU time per element of each side
-(from /proc): on a shared machine the CPU times show what the ratio would be on an idle one.
+Prints throughput and the ratio (best of --repeat, the sides interleaved), and the CPU time per
+element of each side (from /proc): on a shared machine, ``cores x in-line CPU / (parent + workers
+CPU)`` bounds what the ratio can be on idle cores.
 
     python benchmarks/bench_map_processes.py [--workers 2] [--texts 50000] [--arrays 5000]
-        [--repeat 2] [--max-in-flight 64]
+        [--repeat 3] [--max-in-flight 64]
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ def main(argv=None) -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--texts", type=int, default=50_000)
     parser.add_argument("--arrays", type=int, default=5_000)
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--max-in-flight", type=int, default=64,
                         help="also measured besides the default (2 * workers): room for chunks")
     args = parser.parse_args(argv)
@@ -146,18 +147,23 @@ def main(argv=None) -> None:
              ("features", features, list(range(args.arrays)))]
     for name, fn, elements in cases:
         check_results(fn, elements, args.workers)
-        one, one_cpu = max(inline_rate(fn, elements) for _ in range(args.repeat))
+        settings = (None, args.max_in_flight)
+        inline, procs = [], {m: [] for m in settings}
+        for _ in range(args.repeat):  # interleaved, so that a change of load hits both sides
+            inline.append(inline_rate(fn, elements))
+            for max_in_flight in settings:
+                procs[max_in_flight].append(process_rate(fn, elements, args.workers, max_in_flight))
+        one, one_cpu = max(inline)
         print(f"{name:9s} {len(elements):6d} elements: in-line {one:8.0f}/s   "
               f"(CPU {one_cpu * 1e6:.0f} us/element)", flush=True)
-        for max_in_flight in (None, args.max_in_flight):
-            runs = [process_rate(fn, elements, args.workers, max_in_flight)
-                    for _ in range(args.repeat)]
-            best, startup, parent_cpu, workers_cpu = max(runs)
+        cores = min(args.workers, os.cpu_count() or 1)
+        for max_in_flight in settings:
+            best, startup, parent_cpu, workers_cpu = max(procs[max_in_flight])
             label = f"ProcessMapper({args.workers}, max_in_flight={max_in_flight or 2 * args.workers})"
             print(f"    {label:38s} {best:8.0f}/s   ratio {best / one:.2f}x   (start-up "
                   f"{startup:.2f} s; CPU us/element: parent {parent_cpu * 1e6:.0f}, workers "
-                  f"{workers_cpu * 1e6:.0f})", flush=True)
-
+                  f"{workers_cpu * 1e6:.0f}; CPU-time bound on {cores} idle cores "
+                  f"{cores * one_cpu / (parent_cpu + workers_cpu):.2f}x)", flush=True)
 
 if __name__ == "__main__":
     main()
