@@ -34,7 +34,7 @@ def dumps(message: tuple) -> bytes:
 
 
 def main(conn, fn_bytes: bytes, segment_prefix: str, parent_pid: int) -> None:
-    """Run in the worker: receive ``(task_id, payload)``, answer ``("ok"|"err", task_id, ...)``."""
+    """The worker's entry point: load ``fn``, then serve chunks until told to stop (see above)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _exit_with_parent(parent_pid)
     _accel.ensure_allocator_tuned()

@@ -1,7 +1,8 @@
 """Moving dataset elements between processes: pickle protocol 5, numpy buffers through shared memory.
 
 An element (nested dicts/tuples/lists of numpy arrays, scalars, bytes) is pickled with protocol 5 so
-that numpy arrays come out as out-of-band buffers instead of being copied into the pickle. A small
+that numpy arrays (of 4 KB or more) come out as out-of-band buffers instead of being copied into
+the pickle. A small
 payload (under ``INLINE_LIMIT`` bytes, pickle and buffers together) travels inline in the pipe
 message. A large one is written once into shared memory and the message carries only the segment's
 name and layout: a :class:`Sender` keeps a few reusable segments ("slots", mapped once and grown
@@ -39,6 +40,7 @@ from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
 INLINE_LIMIT = 16 * 1024  # bytes of pickle + buffers from which a payload goes through shared memory
+_OUT_OF_BAND_MIN = 4096  # numpy buffers from this size travel beside the pickle, not inside
 _ALIGN = 64
 _SLOT_GRANULE = 64 * 1024
 _SHM_DIR = "/dev/shm"
@@ -65,9 +67,17 @@ class Sender:
 
         Raises whatever ``pickle`` raises for an object that does not pickle.
         """
-        buffers: list[pickle.PickleBuffer] = []
-        data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
-        raws = [b.raw() for b in buffers]
+        buffers: list[memoryview] = []
+
+        def out_of_band(buffer: pickle.PickleBuffer) -> bool:
+            raw = buffer.raw()
+            if raw.nbytes < _OUT_OF_BAND_MIN:
+                return True  # small: cheaper inside the pickle
+            buffers.append(raw)
+            return False
+
+        data = pickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
+        raws = buffers
         if len(data) + sum(r.nbytes for r in raws) < INLINE_LIMIT:
             return ("i", data, [bytearray(r) for r in raws]), None
         layout = []

@@ -356,9 +356,10 @@ class ProcessMapper:
                 session.put(position, None, entry[1])
                 continue
             _, exc_bytes, text = entry
+            summary = text.strip().splitlines()[-1] if text.strip() else "an error"
             error = WorkerError(
-                f"{self._fn_name} raised in worker process {worker.process.pid} on element "
-                f"{position}; the worker's traceback:\n{text}",
+                f"{self._fn_name} failed on element {position} in worker process "
+                f"{worker.process.pid} with {summary}; the worker's traceback:\n{text}",
                 pid=worker.process.pid, position=position, worker_traceback=text)
             error.__cause__ = _loads_exception(exc_bytes)
             session.put(position, error, None)
