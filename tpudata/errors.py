@@ -96,6 +96,30 @@ class InvalidImageError(TpuDataError, ValueError):
 
     def __reduce__(self):
         return (type(self), (self.args[0], self.index))
+class NotPicklableError(TpuDataError, TypeError):
+    """An object (a user function, an element) that must be pickled to reach a worker process."""
+
+
+class WorkerError(TpuDataError, RuntimeError):
+    """A worker process failed: the user function raised there, or the process died.
+
+    ``pid`` names the worker process; ``position`` the input element it was working on (``None``
+    if none); ``exitcode`` how the process ended (negative: the signal's number; ``None`` while it
+    lives); ``worker_traceback`` the traceback text from the worker (``None`` when it died).
+    """
+
+    def __init__(self, message: str, pid: int | None = None, position: int | None = None,
+                 exitcode: int | None = None, worker_traceback: str | None = None):
+        self.message = message
+        self.pid = pid
+        self.position = position
+        self.exitcode = exitcode
+        self.worker_traceback = worker_traceback
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.pid, self.position, self.exitcode,
+                             self.worker_traceback))
 
 
 __all__ = [
@@ -105,10 +129,12 @@ __all__ = [
     "HostCallError",
     "InvalidExampleError",
     "InvalidImageError",
+    "NotPicklableError",
     "SpecError",
     "StaticShapeError",
     "StorageError",
     "TpuDataError",
     "TruncatedRecordError",
     "UnsupportedDtypeError",
+    "WorkerError",
 ]

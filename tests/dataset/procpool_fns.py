@@ -1,0 +1,58 @@
+"""Module-level functions that tests/dataset/test_procpool.py runs in ProcessMapper workers.
+
+They live apart from the test module so that a worker imports only this small module.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+
+
+def apply(task):
+    """Run one test task ``(op, arg)`` and return its result."""
+    op, arg = task
+    if op == "echo":
+        return arg
+    if op == "square":
+        return arg * arg
+    if op == "sleep":
+        time.sleep(arg)
+        return arg
+    if op == "pid":
+        return os.getpid()
+    if op == "array":  # a result that travels through shared memory
+        return {"x": np.full((arg,), arg % 251, np.uint8), "n": np.int64(arg)}
+    if op == "raise":
+        raise ValueError(f"bad element {arg!r}")
+    if op == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(10)
+    raise KeyError(op)
+
+
+def sleep_forever(x):
+    time.sleep(60)
+    return x
+
+
+class LoadsOnlyInParent:
+    """A callable that pickles in the parent but refuses to be unpickled in a worker."""
+
+    def __init__(self):
+        self.parent = os.getpid()
+
+    def __call__(self, x):
+        return x
+
+    def __reduce__(self):
+        return (_load_in, (self.parent,))
+
+
+def _load_in(parent: int) -> LoadsOnlyInParent:
+    if os.getpid() != parent:
+        raise RuntimeError("this function cannot be loaded in a worker")
+    return LoadsOnlyInParent()

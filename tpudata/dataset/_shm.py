@@ -1,0 +1,220 @@
+"""Moving dataset elements between processes: pickle protocol 5, numpy buffers through shared memory.
+
+An element (nested dicts/tuples/lists of numpy arrays, scalars, bytes) is pickled with protocol 5 so
+that numpy arrays (of 4 KB or more) come out as out-of-band buffers instead of being copied into
+the pickle. A small
+payload (under ``INLINE_LIMIT`` bytes, pickle and buffers together) travels inline in the pipe
+message. A large one is written once into shared memory and the message carries only the segment's
+name and layout: a :class:`Sender` keeps a few reusable segments ("slots", mapped once and grown
+when needed) and falls back to a one-off segment when all are busy. The :class:`Receiver` copies
+each buffer out into its own memory (its arrays are ordinary, writable and independent of the
+segment), unlinks one-off segments and keeps slots mapped. The receiver's side tells the sender when
+a slot is free again (:meth:`Sender.release`). Pipe messages therefore stay small, whatever the
+elements weigh.
+
+Segment names start with the sender's prefix, so the owner can sweep away segments that a killed
+process left behind (:func:`sweep`).
+
+>>> import numpy as np
+>>> sender, receiver = Sender("tpd_doc_"), Receiver()
+>>> element = {"image": np.arange(30_000, dtype=np.uint8), "label": 3}
+>>> payload, slot = sender.encode(element)
+>>> slot, payload[2]
+(0, 'tpd_doc_0')
+>>> back = receiver.decode(payload)
+>>> bool((back["image"] == element["image"]).all()), back["label"], back["image"].flags.writeable
+(True, 3, True)
+>>> sender.release(slot)
+>>> receiver.close(); sender.close()
+>>> sweep("tpd_doc_")
+[]
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pickle
+from multiprocessing import resource_tracker
+from multiprocessing.shared_memory import SharedMemory
+from typing import Any
+
+INLINE_LIMIT = 16 * 1024  # bytes of pickle + buffers from which a payload goes through shared memory
+_OUT_OF_BAND_MIN = 4096  # numpy buffers from this size travel beside the pickle, not inside
+_ALIGN = 64
+_SLOT_GRANULE = 64 * 1024
+_SHM_DIR = "/dev/shm"
+
+# ("i", pickle_bytes, [bytearray, ...])                  inline
+# ("s", name, pickle_len, [(offset, size), ...])          one-off segment: the receiver unlinks it
+# ("r", slot, name, pickle_len, [(offset, size), ...])    the sender's slot: released, not unlinked
+Payload = tuple
+
+__all__ = ["INLINE_LIMIT", "Receiver", "Sender", "discard", "sweep", "unlink"]
+
+
+class Sender:
+    """Encodes payloads for one receiver, reusing ``slots`` shared-memory segments."""
+
+    def __init__(self, prefix: str, slots: int = 2):
+        self.prefix = prefix
+        self._names = (f"{prefix}{i}" for i in itertools.count())
+        self._slots: list[SharedMemory | None] = [None] * slots
+        self._busy = [False] * slots
+
+    def encode(self, obj: Any) -> tuple[Payload, int | None]:
+        """Return ``(payload, slot)``; ``slot`` (or ``None``) is busy until :meth:`release`.
+
+        Raises whatever ``pickle`` raises for an object that does not pickle.
+        """
+        buffers: list[memoryview] = []
+
+        def out_of_band(buffer: pickle.PickleBuffer) -> bool:
+            raw = buffer.raw()
+            if raw.nbytes < _OUT_OF_BAND_MIN:
+                return True  # small: cheaper inside the pickle
+            buffers.append(raw)
+            return False
+
+        data = pickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
+        raws = buffers
+        if len(data) + sum(r.nbytes for r in raws) < INLINE_LIMIT:
+            return ("i", data, [bytearray(r) for r in raws]), None
+        layout = []
+        end = _aligned(len(data))
+        for r in raws:
+            layout.append((end, r.nbytes))
+            end = _aligned(end + r.nbytes)
+        slot = next((i for i, busy in enumerate(self._busy) if not busy), None)
+        if slot is None:  # every slot in use: a one-off segment that the receiver unlinks
+            shm = SharedMemory(name=next(self._names), create=True, size=end)
+            try:
+                _write(shm, data, layout, raws)
+            except BaseException:
+                _unlink_segment(shm)
+                raise
+            finally:
+                shm.close()
+            return ("s", shm.name, len(data), layout), None
+        shm = self._slots[slot]
+        if shm is None or shm.size < end:
+            size = max(end, 2 * shm.size if shm is not None else 0)
+            self._drop(slot)
+            shm = self._slots[slot] = SharedMemory(
+                name=next(self._names), create=True, size=-(-size // _SLOT_GRANULE) * _SLOT_GRANULE)
+        _write(shm, data, layout, raws)
+        self._busy[slot] = True
+        return ("r", slot, shm.name, len(data), layout), slot
+
+    def release(self, slot: int | None) -> None:
+        """The receiver has read the payload in ``slot``: it may be reused."""
+        if slot is not None:
+            self._busy[slot] = False
+
+    def close(self) -> None:
+        """Unlink the slots (payloads in flight in them are lost)."""
+        for slot in range(len(self._slots)):
+            self._drop(slot)
+
+    def _drop(self, slot: int) -> None:
+        shm = self._slots[slot]
+        if shm is not None:
+            self._slots[slot] = None
+            shm.close()
+            _unlink_segment(shm)
+
+
+class Receiver:
+    """Decodes the payloads of one :class:`Sender`; keeps its slots mapped."""
+
+    def __init__(self):
+        self._mapped: dict[int, SharedMemory] = {}
+
+    def decode(self, payload: Payload) -> Any:
+        kind = payload[0]
+        if kind == "i":
+            return pickle.loads(payload[1], buffers=payload[2])
+        if kind == "s":
+            _, name, data_len, layout = payload
+            shm = SharedMemory(name=name)
+            try:
+                data, buffers = _read(shm, data_len, layout)
+            finally:
+                shm.close()
+                _unlink_segment(shm)
+        else:
+            _, slot, name, data_len, layout = payload
+            shm = self._mapped.get(slot)
+            if shm is None or shm.name != name:  # first use, or the sender grew the slot
+                if shm is not None:
+                    shm.close()
+                shm = self._mapped[slot] = SharedMemory(name=name)
+            data, buffers = _read(shm, data_len, layout)
+        return pickle.loads(data, buffers=buffers)
+
+    def close(self) -> None:
+        for shm in self._mapped.values():
+            shm.close()
+        self._mapped.clear()
+
+
+def discard(payload: Payload) -> None:
+    """Free an unread payload's one-off segment (a slot is released through its Sender)."""
+    if payload[0] == "s":
+        unlink(payload[1])
+
+
+def _write(shm: SharedMemory, data: bytes, layout: list, raws: list) -> None:
+    buf = shm.buf
+    buf[: len(data)] = data
+    for (start, size), r in zip(layout, raws):
+        buf[start : start + size] = r
+    del buf
+
+
+def _read(shm: SharedMemory, data_len: int, layout: list) -> tuple[bytes, list[bytearray]]:
+    buf = shm.buf
+    buffers = []
+    for start, size in layout:
+        with buf[start : start + size] as view:
+            buffers.append(bytearray(view))
+    with buf[:data_len] as view:
+        data = bytes(view)
+    del buf
+    return data, buffers
+
+
+def unlink(name: str) -> bool:
+    """Remove the segment ``name`` if it still exists; return whether it did."""
+    try:
+        shm = SharedMemory(name=name)
+    except FileNotFoundError:
+        return False
+    shm.close()
+    return _unlink_segment(shm)
+
+
+def sweep(prefix: str) -> list[str]:
+    """Unlink every segment whose name starts with ``prefix`` (where the platform lists them).
+
+    Returns the names removed. Used after worker processes ended, to free segments a killed
+    process created but never handed over.
+    """
+    try:
+        names = [n for n in os.listdir(_SHM_DIR) if n.startswith(prefix)]
+    except OSError:  # no /dev/shm (macOS): the owner relies on what it tracked
+        return []
+    return sorted(n for n in names if unlink(n))
+
+
+def _unlink_segment(shm: SharedMemory) -> bool:
+    try:
+        shm.unlink()  # also unregisters it from multiprocessing's resource tracker
+    except FileNotFoundError:
+        resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001 - keep the tracker in step
+        return False
+    return True
+
+
+def _aligned(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
