@@ -212,9 +212,6 @@ def _parse_cases():
         return json.load(f)["cases"]
 
 
-@pytest.mark.xfail(strict=True, reason="the Dataset side of issue 15 item 3 (parse keeps the good "
-                   "rows, errors name file, record index and offset) is issue 9's rebuild; "
-                   "remove this mark when it lands")
 @pytest.mark.parametrize("order", ["parse_then_batch", "batch_then_parse"])
 @pytest.mark.parametrize("case", _parse_cases(), ids=lambda c: c["file"])
 def test_parse_delivers_the_rows_tensorflow_delivers(case, order):

@@ -56,3 +56,15 @@ def _load_in(parent: int) -> LoadsOnlyInParent:
     if os.getpid() != parent:
         raise RuntimeError("this function cannot be loaded in a worker")
     return LoadsOnlyInParent()
+
+
+def tokens(x):
+    """A pure-Python (GIL-holding) element function for Dataset.map(..., use_processes=True)."""
+    n = int(x)
+    return {"id": np.int64(n), "feat": np.full((3,), n % 7, np.float32), "pid": np.int64(os.getpid())}
+
+
+def fail_on_five(x):
+    if int(x) == 5:
+        raise KeyError(f"no token for {int(x)}")
+    return x

@@ -127,6 +127,9 @@ class ThreadMapper:
             pass
 
 
+PROCESS_WINDOW = 32
+
+
 def make_mapper(fn: Callable, num_workers: int, *, deterministic: bool, use_processes: bool,
                 max_in_flight: int | None = None, stop: threading.Event | None = None):
     """The executor for a map: threads, or processes (``tpudata.dataset.procpool``)."""
@@ -138,8 +141,10 @@ def make_mapper(fn: Callable, num_workers: int, *, deterministic: bool, use_proc
                 "map(..., use_processes=True) needs the process pool module "
                 f"tpudata.dataset.procpool, which is not available here ({exc}); use threads "
                 "(use_processes=False) meanwhile") from None
-        return ProcessMapper(fn, num_workers, max_in_flight=max_in_flight,
-                             deterministic=deterministic)
+        # processes pay ~50 us per message: a window of at least 32 elements lets the pool send
+        # quick elements in chunks (the in-flight bound is then this window, not the workers)
+        window = max_in_flight or max(PROCESS_WINDOW, 4 * num_workers)
+        return ProcessMapper(fn, num_workers, max_in_flight=window, deterministic=deterministic)
     return ThreadMapper(fn, num_workers, max_in_flight=max_in_flight, deterministic=deterministic,
                         stop=stop)
 

@@ -6,18 +6,19 @@
 
 from __future__ import annotations
 
-import gzip
 import logging
 import os
-import zlib
+
 import numpy as np
 
 from tpudata import storage
+from tpudata._keywords import unknown_keyword_error
 from tpudata.dataset.base import UNKNOWN, BlockIterator, Dataset
 from tpudata.dataset.block import Block, RecordColumn
 from tpudata.dataset.nest import LEAF, flatten
 from tpudata.errors import DataLossError
 from tpudata.tfrecord.batch import RecordBatch
+from tpudata.tfrecord.compression import open_stream
 from tpudata.tfrecord.reader import DEFAULT_BUFFER_SIZE, TFRecordFileReader
 
 logger = logging.getLogger(__name__)
@@ -123,15 +124,8 @@ class FileListDataset(TensorSlicesDataset):
 
 def check_keywords(op: str, unknown: dict, valid) -> None:
     """Raise TypeError for keywords ``op`` does not take, naming the closest valid one."""
-    if not unknown:
-        return
-    import difflib
-
-    name = sorted(unknown)[0]
-    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise TypeError(f"{op}() got an unexpected keyword argument {name!r}{hint} (fsspec/gcsfs "
-                    "options go in storage_options={...})")
+    if unknown:
+        raise unknown_keyword_error(op, sorted(unknown)[0], valid)
 
 
 def _storage(op: str, storage_options, legacy: dict, valid) -> dict:
@@ -228,11 +222,11 @@ class _RecordFilesDataset(Dataset):
 
 class _TFRecordFiles(_RecordFilesDataset):
     def __init__(self, files, compression, buffer_size, verify, on_error, storage_options,
-                 read_ahead_bytes: int = 0):
+                 use_mmap: bool = False, read_ahead_bytes: int = 0):
         super().__init__(files)
         self.read_ahead_bytes = read_ahead_bytes
         self.options = dict(compression=compression, verify=verify, buffer_size=buffer_size,
-                            on_error=on_error, **storage_options)
+                            on_error=on_error, use_mmap=use_mmap, storage_options=storage_options)
         self.storage_options = storage_options
         self._count: int | None = None
 
@@ -271,8 +265,8 @@ def TFRecordDataset(filenames, compression_type: str | None = None,
                     buffer_size: int | None = DEFAULT_BUFFER_SIZE,
                     num_parallel_reads: int | None = None, verify: bool = True,
                     on_error: str = "raise", compression: str | None = None,
-                    read_ahead_bytes: int = READ_AHEAD_BYTES, storage_options: dict | None = None,
-                    **unknown) -> Dataset:
+                    read_ahead_bytes: int = READ_AHEAD_BYTES, use_mmap: bool = False,
+                    storage_options: dict | None = None, **unknown) -> Dataset:
     """Records of TFRecord files (any fsspec URL), like ``tf.data.TFRecordDataset``.
 
     ``filenames`` is a name, a list of names, or a Dataset of names; ``compression_type`` (or
@@ -281,16 +275,20 @@ def TFRecordDataset(filenames, compression_type: str | None = None,
     thread). ``num_parallel_reads=k``
     reads ``k`` files at once in background threads, interleaving their records one by one in a
     deterministic order (as tf.data does). ``on_error="skip"`` stops reading a damaged file with
-    a warning instead of raising (tf.data's ``ignore_errors``). ``storage_options`` (a dict) goes
-    to fsspec; any other keyword raises TypeError naming the closest valid one.
+    a warning instead of raising (tf.data's ``ignore_errors``). ``use_mmap=True`` memory-maps
+    local uncompressed files (faster, but a file truncated while it is read kills the process
+    with SIGBUS; the default reads into buffers and reports that as DataLossError).
+    ``storage_options`` (a dict) goes to fsspec; any other keyword raises TypeError naming the
+    closest valid one.
     """
     storage_options = _storage("TFRecordDataset", storage_options, unknown, (
         "filenames", "compression_type", "buffer_size", "num_parallel_reads", "verify",
-        "on_error", "compression", "read_ahead_bytes", "storage_options"))
+        "on_error", "compression", "read_ahead_bytes", "use_mmap", "storage_options"))
     if compression is not None and compression_type is not None and compression != compression_type:
         raise ValueError("give compression or compression_type (tf.data's name), not both")
     compression_type = compression_type if compression_type is not None else compression
-    opts = (compression_type, buffer_size or DEFAULT_BUFFER_SIZE, verify, on_error, storage_options)
+    opts = (compression_type, buffer_size or DEFAULT_BUFFER_SIZE, verify, on_error, storage_options,
+            use_mmap)
 
     def one(name) -> Dataset:  # parallel reads: each file already has its own thread
         return _TFRecordFiles(_names(name), *opts)
@@ -324,10 +322,8 @@ class _FixedLengthFiles(_RecordFilesDataset):
         rb, footer = self.record_bytes, self.footer
         if not self.compression:  # the size is known: check it up front, as TensorFlow does
             self._check_body(path, storage.size(path, **self.storage_options) - self.header - footer)
-        with storage.open_read(path, **self.storage_options) as raw:
-            f = _decompressing(raw, self.compression)
-            pos = max(offset, self.header)
-            _skip(f, pos)
+        pos = max(offset, self.header)
+        with open_stream(path, self.compression, start=pos, storage_options=self.storage_options) as f:
             carry = b""
             while True:
                 chunk = f.read(self.chunk)
@@ -353,43 +349,6 @@ class _FixedLengthFiles(_RecordFilesDataset):
                 f"({self.record_bytes} bytes)", path, None)
 
 
-def _decompressing(f, compression: str):
-    if compression == "GZIP":
-        return gzip.GzipFile(fileobj=f, mode="rb")
-    if compression == "ZLIB":
-        return _ZlibReader(f)
-    return f
-
-
-class _ZlibReader:
-    def __init__(self, f):
-        self.f, self.d, self.buf = f, zlib.decompressobj(), b""
-
-    def read(self, n: int = -1) -> bytes:
-        while n < 0 or len(self.buf) < n:
-            chunk = self.f.read(1 << 20)
-            if not chunk:
-                self.buf += self.d.flush()
-                break
-            self.buf += self.d.decompress(chunk)
-        if n < 0:
-            out, self.buf = self.buf, b""
-        else:
-            out, self.buf = self.buf[:n], self.buf[n:]
-        return out
-
-
-def _skip(f, n: int) -> None:
-    if hasattr(f, "seek") and not isinstance(f, (gzip.GzipFile, _ZlibReader)):
-        f.seek(n)
-        return
-    while n:
-        got = len(f.read(min(n, 1 << 20)))
-        if not got:
-            return
-        n -= got
-
-
 def FixedLengthRecordDataset(filenames, record_bytes: int, header_bytes: int = 0,
                              footer_bytes: int = 0, buffer_size: int | None = None,
                              compression_type: str | None = None,
@@ -410,9 +369,7 @@ class _TextLineFiles(_RecordFilesDataset):
         self.storage_options = storage_options
 
     def _open(self, path, offset):
-        with storage.open_read(path, **self.storage_options) as raw:
-            f = _decompressing(raw, self.compression)
-            _skip(f, offset)
+        with open_stream(path, self.compression, start=offset, storage_options=self.storage_options) as f:
             pos = offset
             carry = b""
             while True:
