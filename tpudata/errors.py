@@ -84,7 +84,18 @@ class HostCallError(TpuDataError, RuntimeError):
 
 
 class StorageError(TpuDataError, OSError):
-    """A storage URL that cannot be opened, listed or written."""
+    """A storage URL that cannot be opened, listed or written; ``url`` names it when known."""
+
+    def __init__(self, message: str, url: str | None = None):
+        self.message = message
+        self.url = url
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.url))
 
 
 __all__ = [

@@ -67,8 +67,8 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, FileNotFoundError):
         cause = exc.__cause__ or exc.__context__
         return cause is not None and cause is not exc and is_transient(cause)
-    if isinstance(exc, StorageError) and exc.__cause__ is not None:
-        return is_transient(exc.__cause__)
+    if isinstance(exc, StorageError):  # tpudata's own verdict (unreachable, no bucket): final
+        return exc.__cause__ is not None and is_transient(exc.__cause__)
     status = _status(exc)
     if status is not None and status >= 400:
         return status in (408, 429) or status >= 500
