@@ -431,6 +431,31 @@ def open_atomic(url: str, fsync: bool = False, **storage_options) -> AtomicWrite
     return AtomicWriter(url, fsync=fsync, **storage_options)
 
 
+PROBE_PREFIX = ".tpudata-write-probe-"
+
+
+def check_writable(directory: str, **storage_options) -> None:
+    """Raise :class:`StorageError` unless a small object can be written to (and removed from)
+    ``directory``: writers call it before long work so a wrong path, a read-only directory or a
+    missing bucket fails at once. The probe (``.tpudata-write-probe-*``) goes through
+    :func:`open_atomic` like real output; it is removed again (a failed removal only warns).
+    """
+    probe = join(directory, f"{PROBE_PREFIX}{uuid.uuid4().hex[:12]}")
+    try:
+        makedirs(directory, **storage_options)
+        with open_atomic(probe, **storage_options) as f:
+            f.write(b"tpudata write probe\n")
+    except (OSError, ValueError) as exc:
+        reason = exc.message if isinstance(exc, StorageError) else f"{type(exc).__name__}: {exc}"
+        raise StorageError(f"cannot write to the output {directory!r}: {reason}; check the path, "
+                           "its permissions and credentials before converting", url=directory
+                           ) from exc
+    try:
+        remove(probe, **storage_options)
+    except (OSError, ValueError) as exc:
+        logger.warning("could not remove the write probe %s: %s", probe, exc)
+
+
 def cleanup_temporaries(directory: str, prefix: str | tuple[str, ...] = "",
                         **storage_options) -> list[str]:
     """Remove temporary files left in a local ``directory`` by interrupted atomic writes.
