@@ -83,6 +83,20 @@ class HostCallError(TpuDataError, RuntimeError):
         super().__init__(message)
 
 
+class MainGuardError(TpuDataError, RuntimeError):
+    """Worker processes asked for from a script's top level without an
+    ``if __name__ == "__main__":`` guard; ``script`` and ``line`` name the call."""
+
+    def __init__(self, message: str, script: str | None = None, line: int | None = None):
+        self.message = message
+        self.script = script
+        self.line = line
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.script, self.line))
+
+
 class StorageError(TpuDataError, OSError):
     """A storage URL that cannot be opened, listed or written; ``url`` names it when known."""
 
@@ -104,6 +118,7 @@ __all__ = [
     "DecodeError",
     "HostCallError",
     "InvalidExampleError",
+    "MainGuardError",
     "SpecError",
     "StaticShapeError",
     "StorageError",
