@@ -137,8 +137,8 @@ def test_cli_missing_bucket_prints_one_line(tmp_path, fake_gcs_server):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "tpudata count: bucket 'nobucket' does not exist (for 'gs://nobucket/x*'): create it "
-        "(`gcloud storage buckets create gs://nobucket`, or on an emulator through its API) or "
-        "fix the URL"]
+        "(`gcloud storage buckets create gs://nobucket`; on fake_gcs: `python -m fake_gcs "
+        "--bucket nobucket`) or fix the URL"]
 
 
 CREDENTIALS_SCRIPT = """
@@ -172,6 +172,10 @@ def test_no_credentials_says_how_to_log_in(tmp_path, fake_gcs_server):
 def test_denied_errors_name_the_url_and_the_login():
     exc = OSError("Forbidden: b/o\nAnonymous caller does not have storage.objects.get access")
     assert _gcs.is_denied(exc) and not _gcs.is_denied(FileNotFoundError("b/o"))
+    from gcsfs.retry import HttpError
+
+    assert _gcs.is_denied(HttpError({"code": 401, "message": "Anonymous caller"}))
+    assert not _gcs.is_denied(HttpError({"code": 503, "message": "backend error"}))
     err = _gcs.denied_error("gs://b/o", exc, "no credentials were used: " + _gcs.LOGIN_ADVICE)
     assert err.url == "gs://b/o"
     assert "access denied to 'gs://b/o' (Forbidden: b/o Anonymous caller" in str(err)
@@ -195,3 +199,66 @@ def test_unreachable_real_gcs_message_says_emulator_and_login():
     assert message.startswith(f"cannot reach Google Cloud Storage at {endpoint} for 'gs://b/x'")
     assert "check the network" in message and "STORAGE_EMULATOR_HOST=" in message
     assert message.endswith(f"({note})")
+
+
+class _Forbidden:
+    """A real HTTP server on 127.0.0.1 that answers every request 403, as GCS answers an
+    anonymous caller on a private bucket; counts the requests it gets."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        outer = self
+        self.requests = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _deny(self):
+                outer.requests += 1
+                body = (b'{"error": {"code": 403, "message": "Anonymous caller does not have '
+                        b'storage.objects.get access"}}')
+                self.send_response(403)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _deny
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def forbidden(monkeypatch):
+    server = _Forbidden()
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", server.url)
+    monkeypatch.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    clear_fsspec_cache()
+    yield server
+    clear_fsspec_cache()
+    server.close()
+
+
+@pytest.mark.parametrize("entry", ["open_read", "read_records", "TFRecordDataset"])
+def test_access_denied_is_one_error_without_retries(forbidden, entry):
+    url = "gs://private/train-*"
+    start = time.monotonic()
+    with pytest.raises(StorageError) as info:
+        ENTRY_POINTS[entry](url.replace("*", "0") if entry != "read_records" else url)
+    assert time.monotonic() - start < FAST
+    message = str(info.value)
+    assert message.startswith("access denied to 'gs://private/train-")
+    assert "Anonymous caller" in message
+    assert "no credentials were used" in message and "gcloud auth application-default login" in message
+    assert forbidden.requests <= 3  # no retry loop (the reader retries transient errors 10 times)

@@ -132,7 +132,8 @@ def bucket_missing(fs, path: str) -> str | None:
 def missing_bucket_error(bucket: str, url: str) -> StorageError:
     return StorageError(
         f"bucket {bucket!r} does not exist (for {url!r}): create it (`gcloud storage buckets "
-        f"create gs://{bucket}`, or on an emulator through its API) or fix the URL", url=url)
+        f"create gs://{bucket}`; on fake_gcs: `python -m fake_gcs --bucket {bucket}`) or fix the "
+        f"URL", url=url)
 
 
 def denied_error(url: str, exc: BaseException, note: str | None) -> StorageError:
@@ -147,7 +148,8 @@ def is_denied(exc: BaseException) -> bool:
     """Whether ``exc`` (from gcsfs) is an authentication/permission failure."""
     if isinstance(exc, PermissionError):
         return True
-    code = getattr(exc, "code", None)
+    # gcsfs's HttpError has .code; aiohttp's errors .status (their .code is deprecated)
+    code = exc.__dict__.get("code", getattr(exc, "status", None))
     if code in (401, 403, "401", "403"):
         return True
     return isinstance(exc, OSError) and str(exc).startswith("Forbidden")

@@ -26,7 +26,7 @@ from typing import Iterable, Iterator, Mapping
 
 import numpy as np
 
-from tpudata import _accel, storage
+from tpudata import _accel, _gcs, storage
 from tpudata._keywords import strict_keywords
 from tpudata.errors import CorruptRecordError, DataLossError, StorageError, TruncatedRecordError
 from tpudata.tfrecord import framing
@@ -62,7 +62,7 @@ def is_transient(exc: BaseException) -> bool:
     A FileNotFoundError counts only when it wraps such an error (fsspec's HTTP filesystem reports
     a 503 while opening a file as FileNotFoundError).
     """
-    if isinstance(exc, (DataLossError, PermissionError)):
+    if isinstance(exc, (DataLossError, PermissionError)) or _gcs.is_denied(exc):
         return False
     if isinstance(exc, FileNotFoundError):
         cause = exc.__cause__ or exc.__context__
