@@ -262,3 +262,11 @@ def test_access_denied_is_one_error_without_retries(forbidden, entry):
     assert "Anonymous caller" in message
     assert "no credentials were used" in message and "gcloud auth application-default login" in message
     assert forbidden.requests <= 3  # no retry loop (the reader retries transient errors 10 times)
+
+
+def test_own_session_settings_skip_the_direct_check(unreachable):
+    """With session_kwargs (e.g. a proxy) the TCP check is skipped: gcsfs decides how to connect."""
+    fs, path = storage.url_to_fs("gs://bucket/a", session_kwargs={"trust_env": False})
+    assert path == "bucket/a" and fs._endpoint == f"http://{unreachable}"
+    with pytest.raises(StorageError, match="cannot reach"):
+        storage.url_to_fs("gs://bucket/a")

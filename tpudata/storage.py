@@ -79,6 +79,8 @@ def gcs_filesystem(**storage_options):
 def _gcs_filesystem(url: str | None, storage_options: dict):
     from tpudata import _gcs
 
+    # own aiohttp session settings (a proxy, a connector): the direct TCP check does not apply
+    direct = not storage_options.get("session_kwargs")
     host = storage_options.get("endpoint_url") or emulator_host()
     if host:
         import gcsfs.core
@@ -87,14 +89,16 @@ def _gcs_filesystem(url: str | None, storage_options: dict):
         storage_options["endpoint_url"] = _http(host)
         if storage_options["token"] == "google_default":
             _gcs.default_token(url, required=True)
-        _gcs.check_endpoint(storage_options["endpoint_url"], url, emulator=True)
+        if direct:
+            _gcs.check_endpoint(storage_options["endpoint_url"], url, emulator=True)
         return gcsfs.core.GCSFileSystem(**storage_options)
     token = storage_options.get("token")
     note = None
     if token is None or token == "google_default":
         token, note = _gcs.default_token(url, required=token == "google_default")
         storage_options["token"] = token
-    _gcs.check_endpoint(_gcs.DEFAULT_ENDPOINT, url, note=note)
+    if direct:
+        _gcs.check_endpoint(_gcs.DEFAULT_ENDPOINT, url, note=note)
     if note:
         _gcs.warn_anonymous(url, note)
     return fsspec.filesystem("gs", **storage_options)
