@@ -142,9 +142,10 @@ def test_cli_missing_bucket_prints_one_line(tmp_path, fake_gcs_server):
 
 
 CREDENTIALS_SCRIPT = """
-import sys
+import os, sys
 from tpudata import _gcs, storage
 from tpudata.errors import StorageError
+print(_gcs.local_credentials_note())
 token, note = _gcs.default_token()
 print(token)
 print(note)
@@ -161,7 +162,9 @@ def test_no_credentials_says_how_to_log_in(tmp_path, fake_gcs_server):
     proc = subprocess.run([sys.executable, "-c", CREDENTIALS_SCRIPT, fake_gcs_server.url],
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    token, note, error = proc.stdout.strip().splitlines()
+    hint, token, note, error = proc.stdout.strip().splitlines()
+    assert hint.startswith("no application-default credentials found either")
+    assert hint.endswith(_gcs.LOGIN_ADVICE)
     assert token == "anon"  # anonymous access to public buckets, like TensorFlow's GCS client
     assert "no Google credentials found" in note
     assert "gcloud auth application-default login" in note
@@ -270,3 +273,22 @@ def test_own_session_settings_skip_the_direct_check(unreachable):
     assert path == "bucket/a" and fs._endpoint == f"http://{unreachable}"
     with pytest.raises(StorageError, match="cannot reach"):
         storage.url_to_fs("gs://bucket/a")
+
+
+def test_credentials_file_silences_the_hint(tmp_path, monkeypatch):
+    """Local checks only: GOOGLE_APPLICATION_CREDENTIALS or gcloud's ADC file count as found."""
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
+    assert "gcloud auth application-default login" in _gcs.local_credentials_note()
+    (tmp_path / "application_default_credentials.json").write_text("{}")
+    assert _gcs.local_credentials_note() is None
+    (tmp_path / "application_default_credentials.json").unlink()
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "key.json"))
+    assert _gcs.local_credentials_note() is None
+
+
+def test_connect_bounds_resolution_and_connection():
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        _gcs._connect("127.0.0.1", server.getsockname()[1], 2.0)  # answers: no error
+    with pytest.raises(ConnectionRefusedError):
+        _gcs._connect("127.0.0.1", _closed_port(), 2.0)

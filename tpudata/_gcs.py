@@ -19,8 +19,10 @@ Nothing here changes ``os.environ``.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
+import time
 from urllib.parse import urlsplit
 
 from tpudata.errors import StorageError
@@ -44,6 +46,59 @@ def _where(url: str | None) -> str:
     return f" for {url!r}" if url else ""
 
 
+def _connect(host: str, port: int, timeout: float) -> None:
+    """Open and close one TCP connection; name resolution is bounded by ``timeout`` too
+    (``getaddrinfo`` has no timeout of its own: it runs in a daemon thread)."""
+    deadline = time.monotonic() + timeout
+    found: dict = {}
+
+    def resolve() -> None:
+        try:
+            found["addrs"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            found["error"] = exc
+
+    worker = threading.Thread(target=resolve, name="tpudata-gcs-resolve", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if "error" in found:
+        raise found["error"]
+    if "addrs" not in found:
+        raise socket.gaierror(socket.EAI_AGAIN, f"no DNS answer within {timeout:g} s")
+    error: OSError = OSError(f"no address for {host}")
+    for family, kind, proto, _, address in found["addrs"]:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no answer from {host}:{port} within {timeout:g} s")
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(left)
+            sock.connect(address)
+            return
+        except OSError as exc:
+            error = exc
+        finally:
+            sock.close()
+    raise error
+
+
+def local_credentials_note() -> str | None:
+    """A note when neither GOOGLE_APPLICATION_CREDENTIALS nor gcloud's application-default
+    credentials file exists (local checks only: no network, no metadata server)."""
+    if os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"):
+        return None
+    try:  # where gcloud writes it (CLOUDSDK_CONFIG, ~/.config/gcloud, %APPDATA%\gcloud)
+        from google.auth._cloud_sdk import get_application_default_credentials_path as adc_path
+
+        path = adc_path()
+    except ImportError:  # pragma: no cover - google-auth comes with gcsfs
+        path = os.path.join(os.environ.get("CLOUDSDK_CONFIG") or os.path.join(
+            os.path.expanduser("~"), ".config", "gcloud"), "application_default_credentials.json")
+    if os.path.exists(path):
+        return None
+    return f"no application-default credentials found either: outside GCE, {LOGIN_ADVICE}"
+
+
 def check_endpoint(endpoint: str, url: str | None = None, emulator: bool = False,
                    timeout: float = CONNECT_TIMEOUT, note: str | None = None) -> None:
     """Raise :class:`StorageError` unless a TCP connection to ``endpoint`` opens within ``timeout``.
@@ -57,7 +112,7 @@ def check_endpoint(endpoint: str, url: str | None = None, emulator: bool = False
     if (host, port) in _reachable:
         return
     try:
-        socket.create_connection((host, port), timeout=timeout).close()
+        _connect(host, port, timeout)
     except socket.gaierror as exc:
         reason = f"cannot resolve host {host!r} ({exc.strerror or exc})"
     except (socket.timeout, TimeoutError):
@@ -163,4 +218,4 @@ def reset() -> None:
 
 
 __all__ = ["bucket_missing", "check_endpoint", "default_token", "denied_error", "is_denied",
-           "missing_bucket_error", "reset", "warn_anonymous"]
+           "local_credentials_note", "missing_bucket_error", "reset", "warn_anonymous"]

@@ -93,12 +93,14 @@ def _gcs_filesystem(url: str | None, storage_options: dict):
             _gcs.check_endpoint(storage_options["endpoint_url"], url, emulator=True)
         return gcsfs.core.GCSFileSystem(**storage_options)
     token = storage_options.get("token")
+    discover = token is None or token == "google_default"
+    if direct:  # first (no network: fails in seconds, before any metadata-server probe)
+        hint = _gcs.local_credentials_note() if discover else None
+        _gcs.check_endpoint(_gcs.DEFAULT_ENDPOINT, url, note=hint)
     note = None
-    if token is None or token == "google_default":
+    if discover:
         token, note = _gcs.default_token(url, required=token == "google_default")
         storage_options["token"] = token
-    if direct:
-        _gcs.check_endpoint(_gcs.DEFAULT_ENDPOINT, url, note=note)
     if note:
         _gcs.warn_anonymous(url, note)
     return fsspec.filesystem("gs", **storage_options)
