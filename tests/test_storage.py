@@ -250,7 +250,8 @@ def test_emulator_settings_applied_without_touching_the_environment(monkeypatch)
     import gcsfs.core
 
     # two listening sockets on 127.0.0.1: the first use of an endpoint checks that it answers
-    with socket.create_server(("127.0.0.1", 0)) as one, socket.create_server(("127.0.0.1", 0)) as two:
+    with socket.create_server(("127.0.0.1", 0)) as one, \
+            socket.create_server(("127.0.0.1", 0)) as two:
         host, other = (f"127.0.0.1:{s.getsockname()[1]}" for s in (one, two))
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", host)
         monkeypatch.delenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", raising=False)

@@ -263,7 +263,8 @@ def test_access_denied_is_one_error_without_retries(forbidden, entry):
     message = str(info.value)
     assert message.startswith("access denied to 'gs://private/train-")
     assert "Anonymous caller" in message
-    assert "no credentials were used" in message and "gcloud auth application-default login" in message
+    assert "no credentials were used" in message
+    assert "gcloud auth application-default login" in message
     assert forbidden.requests <= 3  # no retry loop (the reader retries transient errors 10 times)
 
 
