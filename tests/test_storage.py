@@ -245,20 +245,26 @@ class TestFakeGCS(StorageSuite):
 def test_emulator_settings_applied_without_touching_the_environment(monkeypatch):
     """With STORAGE_EMULATOR_HOST set, gs:// uses gcsfs's core class (no gRPC bucket-type probe),
     given the endpoint and anonymous credentials as arguments; os.environ is left as it was."""
+    import socket
+
     import gcsfs.core
 
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "127.0.0.1:9")
-    monkeypatch.delenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", raising=False)
-    before = dict(os.environ)
-    fs = storage.gcs_filesystem()
-    assert type(fs) is gcsfs.core.GCSFileSystem and fs._endpoint == "http://127.0.0.1:9"
-    fs2, path = storage.url_to_fs("gs://bucket/a/b")
-    assert type(fs2) is gcsfs.core.GCSFileSystem and path == "bucket/a/b"
-    assert dict(os.environ) == before
-    monkeypatch.delenv("STORAGE_EMULATOR_HOST")
-    fs3 = storage.gcs_filesystem(endpoint_url="http://127.0.0.1:10")  # explicit, no environment
-    assert type(fs3) is gcsfs.core.GCSFileSystem and fs3._endpoint == "http://127.0.0.1:10"
-    assert dict(os.environ) == {k: v for k, v in before.items() if k != "STORAGE_EMULATOR_HOST"}
+    # two listening sockets on 127.0.0.1: the first use of an endpoint checks that it answers
+    with socket.create_server(("127.0.0.1", 0)) as one, \
+            socket.create_server(("127.0.0.1", 0)) as two:
+        host, other = (f"127.0.0.1:{s.getsockname()[1]}" for s in (one, two))
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", host)
+        monkeypatch.delenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", raising=False)
+        before = dict(os.environ)
+        fs = storage.gcs_filesystem()
+        assert type(fs) is gcsfs.core.GCSFileSystem and fs._endpoint == f"http://{host}"
+        fs2, path = storage.url_to_fs("gs://bucket/a/b")
+        assert type(fs2) is gcsfs.core.GCSFileSystem and path == "bucket/a/b"
+        assert dict(os.environ) == before
+        monkeypatch.delenv("STORAGE_EMULATOR_HOST")
+        fs3 = storage.gcs_filesystem(endpoint_url=f"http://{other}")  # explicit, no environment
+        assert type(fs3) is gcsfs.core.GCSFileSystem and fs3._endpoint == f"http://{other}"
+        assert dict(os.environ) == {k: v for k, v in before.items() if k != "STORAGE_EMULATOR_HOST"}
     gcsfs.core.GCSFileSystem.clear_instance_cache()
 
 

@@ -83,8 +83,33 @@ class HostCallError(TpuDataError, RuntimeError):
         super().__init__(message)
 
 
+class MainGuardError(TpuDataError, RuntimeError):
+    """Worker processes asked for from a script's top level without an
+    ``if __name__ == "__main__":`` guard; ``script`` and ``line`` name the call."""
+
+    def __init__(self, message: str, script: str | None = None, line: int | None = None):
+        self.message = message
+        self.script = script
+        self.line = line
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.script, self.line))
+
+
 class StorageError(TpuDataError, OSError):
-    """A storage URL that cannot be opened, listed or written."""
+    """A storage URL that cannot be opened, listed or written; ``url`` names it when known."""
+
+    def __init__(self, message: str, url: str | None = None):
+        self.message = message
+        self.url = url
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.url))
 
 
 class InvalidImageError(TpuDataError, ValueError):
@@ -96,6 +121,8 @@ class InvalidImageError(TpuDataError, ValueError):
 
     def __reduce__(self):
         return (type(self), (self.args[0], self.index))
+
+
 class NotPicklableError(TpuDataError, TypeError):
     """An object (a user function, an element) that must be pickled to reach a worker process."""
 
@@ -129,6 +156,7 @@ __all__ = [
     "HostCallError",
     "InvalidExampleError",
     "InvalidImageError",
+    "MainGuardError",
     "NotPicklableError",
     "SpecError",
     "StaticShapeError",

@@ -19,6 +19,7 @@ on close), and an error inside its ``with`` block discards what was written.
 
 from __future__ import annotations
 
+import contextlib
 import glob as _glob
 import io
 import logging
@@ -67,15 +68,41 @@ def gcs_filesystem(**storage_options):
     Against an emulator (``STORAGE_EMULATOR_HOST``, or ``endpoint_url`` in ``storage_options``)
     it is gcsfs's core class, given the endpoint and anonymous credentials explicitly: gcsfs's
     experimental class probes a gRPC control plane no emulator has and stalls ~60 s a call.
-    Nothing in ``os.environ`` changes.
+    Nothing in ``os.environ`` changes. The first use of an endpoint checks that it answers and,
+    for real GCS without a ``token``, looks for Google credentials once (anonymous access when
+    there are none): an unreachable endpoint raises :class:`StorageError` at once instead of
+    after a minute of retries (see :mod:`tpudata._gcs`).
     """
+    return _gcs_filesystem(None, storage_options)
+
+
+def _gcs_filesystem(url: str | None, storage_options: dict):
+    from tpudata import _gcs
+
+    # own aiohttp session settings (a proxy, a connector): the direct TCP check does not apply
+    direct = not storage_options.get("session_kwargs")
     host = storage_options.get("endpoint_url") or emulator_host()
     if host:
         import gcsfs.core
 
         storage_options.setdefault("token", "anon")
         storage_options["endpoint_url"] = _http(host)
+        if storage_options["token"] == "google_default":
+            _gcs.default_token(url, required=True)
+        if direct:
+            _gcs.check_endpoint(storage_options["endpoint_url"], url, emulator=True)
         return gcsfs.core.GCSFileSystem(**storage_options)
+    token = storage_options.get("token")
+    discover = token is None or token == "google_default"
+    if direct:  # first (no network: fails in seconds, before any metadata-server probe)
+        hint = _gcs.local_credentials_note() if discover else None
+        _gcs.check_endpoint(_gcs.DEFAULT_ENDPOINT, url, note=hint)
+    note = None
+    if discover:
+        token, note = _gcs.default_token(url, required=token == "google_default")
+        storage_options["token"] = token
+    if note:
+        _gcs.warn_anonymous(url, note)
     return fsspec.filesystem("gs", **storage_options)
 
 
@@ -83,12 +110,53 @@ def url_to_fs(url: str, **storage_options):
     """``(filesystem, path)`` for ``url``, with tpudata's GCS settings applied."""
     proto = _protocol(url)
     if proto in ("gs", "gcs"):
-        fs = gcs_filesystem(**storage_options)
+        fs = _gcs_filesystem(url, storage_options)
         return fs, fs._strip_protocol(url)
     try:
         return fsspec.core.url_to_fs(url, **storage_options)
     except (ImportError, ValueError) as exc:
-        raise StorageError(f"cannot open {url!r}: {exc}") from exc
+        raise StorageError(f"cannot open {url!r}: {exc}", url=url) from exc
+
+
+def _is_gcs(url: str) -> bool:
+    return _protocol(url) in ("gs", "gcs")
+
+
+def _check_bucket(fs, path: str, url: str) -> None:
+    """Raise :class:`StorageError` if ``url`` is on GCS and its bucket does not exist."""
+    if _is_gcs(url):
+        from tpudata import _gcs
+
+        bucket = _gcs.bucket_missing(fs, path)
+        if bucket is not None:
+            raise _gcs.missing_bucket_error(bucket, url)
+
+
+@contextlib.contextmanager
+def _explained(url: str, fs=None, path: str | None = None):
+    """Turn gcsfs's access-denied and missing-bucket errors on ``url`` into :class:`StorageError`.
+
+    A ``FileNotFoundError`` stays one unless the bucket itself is missing.
+    """
+    try:
+        yield
+    except StorageError:
+        raise
+    except FileNotFoundError:
+        if fs is not None:
+            _check_bucket(fs, path if path is not None else fs._strip_protocol(url), url)
+        raise
+    except Exception as exc:
+        if not _is_gcs(url):
+            raise
+        from tpudata import _gcs
+
+        if _gcs.is_denied(exc):
+            note = None
+            if getattr(getattr(fs, "credentials", None), "method", None) == "anon":
+                note = f"no credentials were used: {_gcs.LOGIN_ADVICE}"
+            raise _gcs.denied_error(url, exc, note) from exc
+        raise
 
 
 def join(base: str, *names: str) -> str:
@@ -120,13 +188,14 @@ def open_read(url: str, buffer_size: int = DEFAULT_BUFFER_SIZE, **storage_option
         if is_local(url):
             return open(local_path(url), "rb", buffering=0)
         fs, path = url_to_fs(url, **storage_options)
-        return fs.open(path, "rb", block_size=buffer_size, cache_type="none")
+        with _explained(url, fs, path):
+            return fs.open(path, "rb", block_size=buffer_size, cache_type="none")
     except FileNotFoundError:
         raise
     except (OSError, ValueError) as exc:
         if isinstance(exc, StorageError):
             raise
-        raise StorageError(f"cannot open {url!r} for reading: {exc}") from exc
+        raise StorageError(f"cannot open {url!r} for reading: {exc}", url=url) from exc
 
 
 def _fresh(url: str, storage_options):
@@ -143,7 +212,8 @@ def size(url: str, **storage_options) -> int:
     if is_local(url):
         return os.path.getsize(local_path(url))
     fs, path = _fresh(url, storage_options)
-    return int(fs.size(path))
+    with _explained(url, fs, path):
+        return int(fs.size(path))
 
 
 def exists(url: str, **storage_options) -> bool:
@@ -151,7 +221,8 @@ def exists(url: str, **storage_options) -> bool:
     if is_local(url):
         return os.path.exists(local_path(url))
     fs, path = _fresh(url, storage_options)
-    return bool(fs.exists(path))
+    with _explained(url, fs, path):
+        return bool(fs.exists(path))
 
 
 def move(src: str, dst: str, **storage_options) -> None:
@@ -192,7 +263,8 @@ def read_bytes(url: str, **storage_options) -> bytes:
         with open(local_path(url), "rb") as f:
             return f.read()
     fs, path = url_to_fs(url, **storage_options)
-    return fs.cat_file(path)
+    with _explained(url, fs, path):
+        return fs.cat_file(path)
 
 
 def glob(pattern: str, **storage_options) -> list[str]:
@@ -205,7 +277,10 @@ def glob(pattern: str, **storage_options) -> list[str]:
         found = [p for p in _glob.glob(local_path(pattern), recursive=True) if os.path.isfile(p)]
         return sorted(prefix + p for p in found)
     fs, path = url_to_fs(pattern, **storage_options)
-    found = [p for p in fs.glob(path) if not fs.isdir(p)]
+    with _explained(pattern, fs, path):
+        found = [p for p in fs.glob(path) if not fs.isdir(p)]
+    if not found:
+        _check_bucket(fs, path, pattern)
     return sorted(_full_url(fs, p, pattern) for p in found)
 
 
@@ -227,12 +302,15 @@ def expand(patterns: str | Iterable[str], **storage_options) -> list[str]:
         if _GLOB_CHARS & set(pattern):
             matches = glob(pattern, **storage_options)
             if not matches:
-                raise StorageError(f"no files match {pattern!r}")
+                raise StorageError(f"no files match {pattern!r}", url=pattern)
             out.extend(matches)
         elif exists(pattern, **storage_options):
             out.append(pattern)
         else:
-            raise StorageError(f"no such file: {pattern!r}")
+            if _is_gcs(pattern):
+                fs, path = url_to_fs(pattern, **storage_options)
+                _check_bucket(fs, path, pattern)
+            raise StorageError(f"no such file: {pattern!r}", url=pattern)
     return out
 
 
@@ -269,7 +347,8 @@ class AtomicWriter:
                 self._f = io.BytesIO()
             else:
                 # gcsfs (and other object stores) only finalise the upload on close
-                self._f = fs.open(path, "wb")
+                with _explained(url, fs, path):
+                    self._f = fs.open(path, "wb")
 
     def write(self, data) -> int:
         return self._f.write(data)
@@ -296,7 +375,8 @@ class AtomicWriter:
             elif self._commit_after_close:
                 self._fs.pipe_file(self._final, self._f.getvalue())
             else:
-                self._f.close()
+                with _explained(self.url, self._fs, self._final):
+                    self._f.close()
         except BaseException:
             self._discard()
             raise
@@ -355,6 +435,31 @@ class AtomicWriter:
 def open_atomic(url: str, fsync: bool = False, **storage_options) -> AtomicWriter:
     """Open ``url`` for writing so that it only ever appears complete (see :class:`AtomicWriter`)."""
     return AtomicWriter(url, fsync=fsync, **storage_options)
+
+
+PROBE_PREFIX = ".tpudata-write-probe-"
+
+
+def check_writable(directory: str, **storage_options) -> None:
+    """Raise :class:`StorageError` unless a small object can be written to (and removed from)
+    ``directory``: writers call it before long work so a wrong path, a read-only directory or a
+    missing bucket fails at once. The probe (``.tpudata-write-probe-*``) goes through
+    :func:`open_atomic` like real output; it is removed again (a failed removal only warns).
+    """
+    probe = join(directory, f"{PROBE_PREFIX}{uuid.uuid4().hex[:12]}")
+    try:
+        makedirs(directory, **storage_options)
+        with open_atomic(probe, **storage_options) as f:
+            f.write(b"tpudata write probe\n")
+    except (OSError, ValueError) as exc:
+        reason = exc.message if isinstance(exc, StorageError) else f"{type(exc).__name__}: {exc}"
+        raise StorageError(f"cannot write to the output {directory!r}: {reason}; check the path, "
+                           "its permissions and credentials before converting", url=directory
+                           ) from exc
+    try:
+        remove(probe, **storage_options)
+    except (OSError, ValueError) as exc:
+        logger.warning("could not remove the write probe %s: %s", probe, exc)
 
 
 def cleanup_temporaries(directory: str, prefix: str | tuple[str, ...] = "",

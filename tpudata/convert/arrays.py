@@ -171,6 +171,7 @@ def convert_npz(
     worker process loads the whole file.
     """
     so = dict(storage_options or {})
+    storage.check_writable(output, **so)  # a bad output fails before any reading
     data = storage.read_bytes(path, **so)
     with np.load(io.BytesIO(data), allow_pickle=False) as npz:
         arrays = {k: npz[k] for k in npz.files}
@@ -198,6 +199,7 @@ def convert_arrays(
     storage_options: Mapping | None = None,
 ) -> BuildResult:
     """Like :func:`convert_npz` for arrays already in memory (written by this process)."""
+    storage.check_writable(output, **dict(storage_options or {}))
     arrays = {str(k): np.asarray(v) for k, v in arrays.items()}
     schema = arrays_schema(arrays)
     n = len(next(iter(arrays.values())))

@@ -70,6 +70,7 @@ def convert_image_folder(
 ) -> BuildResult:
     """Convert ``root/<class>/*`` images into ``{output}/{prefix}-NNNNN-of-NNNNN`` shards."""
     so = dict(storage_options or {})
+    storage.check_writable(output, **so)  # before the scan: a bad output fails at once
     items, classes = scan_image_folder(root, label_offset=label_offset, shuffle=shuffle, seed=seed,
                                        storage_options=so)
     root = root.rstrip("/")

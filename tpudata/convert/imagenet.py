@@ -142,6 +142,7 @@ def convert_imagenet(
     ``fingerprint`` attribute if reruns should resume). Returns ``{split: BuildResult}``.
     """
     so = dict(storage_options or {})
+    storage.check_writable(output, **so)  # before the (long) scan: a bad output fails at once
     layout = scan_imagenet(raw_data_dir, seed, so)
     encoder = encoder or ImageExampleEncoder(verify=verify_images, storage_options=so)
     metadata = {

@@ -26,7 +26,7 @@ from typing import Iterable, Iterator, Mapping
 
 import numpy as np
 
-from tpudata import _accel, storage
+from tpudata import _accel, _gcs, storage
 from tpudata._keywords import strict_keywords
 from tpudata.errors import CorruptRecordError, DataLossError, StorageError, TruncatedRecordError
 from tpudata.tfrecord import framing
@@ -62,13 +62,13 @@ def is_transient(exc: BaseException) -> bool:
     A FileNotFoundError counts only when it wraps such an error (fsspec's HTTP filesystem reports
     a 503 while opening a file as FileNotFoundError).
     """
-    if isinstance(exc, (DataLossError, PermissionError)):
+    if isinstance(exc, (DataLossError, PermissionError)) or _gcs.is_denied(exc):
         return False
     if isinstance(exc, FileNotFoundError):
         cause = exc.__cause__ or exc.__context__
         return cause is not None and cause is not exc and is_transient(cause)
-    if isinstance(exc, StorageError) and exc.__cause__ is not None:
-        return is_transient(exc.__cause__)
+    if isinstance(exc, StorageError):  # tpudata's own verdict (unreachable, no bucket): final
+        return exc.__cause__ is not None and is_transient(exc.__cause__)
     status = _status(exc)
     if status is not None and status >= 400:
         return status in (408, 429) or status >= 500
