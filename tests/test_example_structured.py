@@ -213,3 +213,25 @@ def test_structured_features_through_tfrecord_files(tmp_path):
     batches = list(tpudata.parse_batches(tpudata.read_record_batches(path), spec, 5))
     assert batches[0]["x"].shape == (5, 4, 2)
     assert batches[0]["s"].to_dense().diagonal().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_structured_features_through_the_dataset(tmp_path):
+    from tpudata.dataset import TFRecordDataset
+
+    path = str(tmp_path / "d.tfrecord")
+    with tpudata.TFRecordWriter(path) as w:
+        for k in range(5):
+            w.write(rec(x=np.arange(2 * k, dtype=np.float32), i=[k], v=[float(k)]))
+    spec = {"x": FixedLenSequenceFeature([2], np.float32, allow_missing=True),
+            "s": SparseFeature("i", "v", np.float32, 5),
+            "r": RaggedFeature(np.float32, value_key="x")}
+    batches = list(TFRecordDataset(path).batch(2).parse(spec).as_numpy_iterator())
+    assert [b["x"].shape for b in batches] == [(2, 1, 2), (2, 3, 2), (1, 4, 2)]   # tf.io.parse_example
+    assert batches[1]["s"].indices.tolist() == [[0, 2], [1, 3]]
+    assert [row.tolist() for row in batches[0]["r"]] == [[], [0.0, 1.0]]
+    # per record: a ragged row works as VarLenFeature; batch-level features say where to parse
+    rows = list(TFRecordDataset(path).parse({"r": spec["r"]}).as_numpy_iterator())
+    assert [len(r["r"]) for r in rows] == [0, 2, 4, 6, 8]
+    for name in ("x", "s"):
+        with pytest.raises(SpecError, match=rf"feature '{name}' is a .* put .parse\(...\) after .batch"):
+            list(TFRecordDataset(path).parse({name: spec[name]}))

@@ -16,7 +16,8 @@ from tpudata.dataset.nest import flatten
 from tpudata.example.batching import concat_parsed
 from tpudata.example.parse import parse_examples
 from tpudata.errors import InvalidExampleError, SpecError
-from tpudata.example.spec import normalize_spec
+from tpudata.example.features import FixedLenSequenceFeature, RaggedFeature
+from tpudata.example.spec import FixedLenFeature, VarLenFeature, normalize_spec
 
 
 def _records_leaf(block: Block):
@@ -116,6 +117,7 @@ class ParseDataset(_Unary):
             isinstance(col, np.ndarray) and col.dtype == object and col.ndim == 1
             and (not len(col) or isinstance(col[0], bytes_like))
         ):
+            self._check_per_record()
             try:
                 parsed = _parse_column(col, self.spec, 0)
             except (SpecError, InvalidExampleError):
@@ -143,6 +145,20 @@ class ParseDataset(_Unary):
             rows.append([parsed[k] for k in self.tree.keys])
         return Block.from_elements(self.tree, rows)
 
+    def _check_per_record(self) -> None:
+        """Structured features (SparseFeature, FixedLenSequenceFeature, RaggedFeature with
+        partitions) give batch-level values (padded to the batch's longest record, a sparse
+        tensor with a batch dimension): parse them after ``batch``, as tf.io.parse_example."""
+        for name, feat in self.spec.items():
+            if isinstance(feat, (FixedLenFeature, VarLenFeature)):
+                continue
+            if isinstance(feat, RaggedFeature) and not feat.partitions:
+                continue  # one ragged row per record, like VarLenFeature
+            raise SpecError(
+                f"parse(): feature {name!r} is a {type(feat).__name__}, which tpudata parses a "
+                "batch at a time (tf.io.parse_example's semantics): put .parse(...) after "
+                ".batch(...), or use VarLenFeature / RaggedFeature without partitions per record")
+
     def _make_iterator(self, ctx):
         return _BlockMapIterator(self.input._make_iterator(ctx), self._parse_block, self.threads)
 
@@ -151,7 +167,6 @@ class ParseDataset(_Unary):
 
     def _spec(self):
         from tpudata.dataset.spec import TensorSpec, VarLenSpec, _static
-        from tpudata.example.spec import FixedLenFeature
 
         inner = _static(self.input)
         if inner is None:
@@ -161,8 +176,12 @@ class ParseDataset(_Unary):
         for name, feat in self.spec.items():
             if isinstance(feat, FixedLenFeature):
                 out[name] = TensorSpec(tuple(lead) + feat.shape, feat.dtype)
-            else:
+            elif isinstance(feat, FixedLenSequenceFeature):
+                out[name] = TensorSpec(tuple(lead) + (None,) + feat.shape, feat.dtype)
+            elif isinstance(feat, (VarLenFeature, RaggedFeature)) and not getattr(feat, "partitions", ()):
                 out[name] = VarLenSpec(tuple(lead) + (None,), feat.dtype)
+            else:  # sparse / nested ragged values have no declared spec type: read from the data
+                return None
         return out
 
 
