@@ -116,43 +116,31 @@ class SparseFeature:
 
 
 @dataclass(frozen=True)
-class RowSplits:
+class _KeyedPartition:
+    """A row partition read from the int64 feature ``key`` of each record."""
+
+    key: str
+    is_uniform = False
+
+
+class RowSplits(_KeyedPartition):
     """Row ``i`` holds items ``splits[i]:splits[i+1]`` (feature ``key`` holds the splits)."""
 
-    key: str
-    is_uniform = False
 
-
-@dataclass(frozen=True)
-class RowLengths:
+class RowLengths(_KeyedPartition):
     """Row ``i`` holds ``lengths[i]`` items (feature ``key``)."""
 
-    key: str
-    is_uniform = False
 
-
-@dataclass(frozen=True)
-class RowStarts:
+class RowStarts(_KeyedPartition):
     """Row ``i`` starts at item ``starts[i]`` (feature ``key``)."""
 
-    key: str
-    is_uniform = False
 
-
-@dataclass(frozen=True)
-class RowLimits:
+class RowLimits(_KeyedPartition):
     """Row ``i`` ends before item ``limits[i]`` (feature ``key``)."""
 
-    key: str
-    is_uniform = False
 
-
-@dataclass(frozen=True)
-class ValueRowIds:
+class ValueRowIds(_KeyedPartition):
     """Item ``j`` belongs to row ``ids[j]``, non-decreasing (feature ``key``)."""
-
-    key: str
-    is_uniform = False
 
 
 @dataclass(frozen=True)
