@@ -126,7 +126,7 @@ class IndexedTFRecordFile:
         elif isinstance(index, str):
             index = read_index(index, storage_options=self.storage_options)
         self.index = np.asarray(index, dtype=np.int64).reshape(-1, 2)
-        self._reader = RangeReader(**storage_options)
+        self._reader = RangeReader(**self.storage_options)
 
     def __len__(self) -> int:
         return len(self.index)
