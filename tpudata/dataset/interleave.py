@@ -95,6 +95,10 @@ class _InterleaveIterator(BlockIterator):
         # parallel mode: datasets of the next input elements, opened ahead:
         # (slot, input cursor state before its element)
         self.ahead: collections.deque = collections.deque()
+        # deterministic=False: which slot serves next depends on timing, so a restore cannot
+        # replay "snapshot + n elements"; blocks then hold at most ``want`` elements of one slot
+        # and the state after each block is exact on its own
+        self.exact_want = ds.parallel and not ds.deterministic
 
     # -- slots -----------------------------------------------------------------------------------
     def _open(self, index: int, element) -> _Slot:
@@ -197,7 +201,7 @@ class _InterleaveIterator(BlockIterator):
                 self._fill_slots()
             if free:
                 self._pick_ready()
-            if not free or all(s is None or self._ready(s) for s in self.slots):
+            if not free:
                 fast = self._rounds()
                 if fast is not None:
                     return fast
@@ -207,6 +211,8 @@ class _InterleaveIterator(BlockIterator):
                 avail = slot.cursor.available()
                 if avail:
                     take = min(avail, self.ds.block_length - self.block_index)
+                    if free:
+                        take = min(take, max(1, int(self.want)))
                     out = slot.cursor.next_block(take)
                     self.block_index += take
                     if self.block_index == self.ds.block_length:
