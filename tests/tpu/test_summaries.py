@@ -49,7 +49,8 @@ def estimator(model_dir, model_fn=None, loop=5, every=5, shards=8):
 
 
 def staging() -> set:
-    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("tpudata-events-")}
+    """This process's staging directories (other processes on the machine may stage too)."""
+    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith(f"tpudata-events-{os.getpid()}-")}
 
 
 def logged_losses(caplog):

@@ -107,7 +107,7 @@ class SummaryWriter:
         self._name = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}."
                       f"{os.getpid()}.{next(_sequence):04d}.tpudata")
         if not self._local and self._stage is None:
-            self._stage = tempfile.mkdtemp(prefix="tpudata-events-")
+            self._stage = tempfile.mkdtemp(prefix=f"tpudata-events-{os.getpid()}-")
         directory = storage.local_path(self.logdir) if self._local else self._stage
         os.makedirs(directory, exist_ok=True)
         self._path = os.path.join(directory, self._name)
