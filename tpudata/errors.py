@@ -73,6 +73,18 @@ class UnsupportedDtypeError(TpuDataError, TypeError):
     """A dtype the target (e.g. the TPU executor) does not support."""
 
 
+class InputFnError(TpuDataError, TypeError):
+    """An estimator's ``input_fn`` returned what an infeed cannot read; ``returned`` is the type's
+    name of what it returned."""
+
+    def __init__(self, message: str, returned: str | None = None):
+        self.returned = returned
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.returned))
+
+
 class HostCallError(TpuDataError, RuntimeError):
     """A ``host_call`` function that raised on the host; the original error is ``__cause__``
     (its traceback is shown above this one), ``fn_name`` the function, ``step`` the global step."""
@@ -154,6 +166,7 @@ __all__ = [
     "DataLossError",
     "DecodeError",
     "HostCallError",
+    "InputFnError",
     "InvalidExampleError",
     "InvalidImageError",
     "MainGuardError",

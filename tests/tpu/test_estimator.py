@@ -132,7 +132,7 @@ def test_static_shapes_are_enforced():
     ok.train(uneven, steps=10)  # no TPU rules on the CPU
 
 
-@pytest.mark.parametrize("dtype,hint", [(np.int64, "int32"), (np.float64, "float32"),
+@pytest.mark.parametrize("dtype,hint", [(np.uint64, "int32"), (np.float64, "float32"),
                                         (np.uint8, "int32"), (object, "strings")])
 def test_unsupported_dtypes(dtype, hint):
     xs = X[:64].astype(dtype) if dtype is not object else np.array([b"a"] * 64, dtype=object)
@@ -145,16 +145,97 @@ def test_unsupported_dtypes(dtype, hint):
     assert "features 'x'" in str(info.value)
 
 
-def test_int64_labels_and_make_tpu_ready():
+def test_int64_labels_pass_through_as_in_tpu_estimator():
+    # TF's TPU infeed takes int64 (tpu_ops._SUPPORTED_INFEED_DTYPES) and TPUEstimator does not cast
+    seen = []
+    base = models.softmax_regression(4, learning_rate=0.3)
+
+    def model_fn(features, labels, mode, params):
+        seen.append(labels.dtype)
+        return base(features, labels, mode, params)
+
     def raw(params):
         return Dataset.from_tensor_slices(({"x": X}, Y.astype(np.int64))).batch(
             params["batch_size"], drop_remainder=True)
 
-    with pytest.raises(UnsupportedDtypeError, match="labels has dtype int64"):
-        estimator().train(raw, steps=1)
+    def int32(params):
+        return Dataset.from_tensor_slices(({"x": X}, Y)).batch(params["batch_size"], drop_remainder=True)
+
+    est = estimator(model_fn).train(raw, steps=2)
+    assert est.global_step == 2 and set(seen) == {np.dtype(np.int64)}
+    np.testing.assert_array_equal(est.get_variable_value("softmax/W"),
+                                  estimator().train(int32, steps=2).get_variable_value("softmax/W"))
+    seen.clear()
     ready = lambda params: raw(params).map(tpu.make_tpu_ready)  # noqa: E731
-    est = estimator().train(ready, steps=2)
-    assert est.global_step == 2
+    estimator(model_fn).train(ready, steps=2)  # make_tpu_ready still narrows to int32
+    assert set(seen) == {np.dtype(np.int32)}
+
+
+def test_bfloat16_features_are_tpu_inputs():
+    ml_dtypes = pytest.importorskip("ml_dtypes")  # the [bfloat16] extra
+    seen = []
+    base = models.softmax_regression(4, learning_rate=0.3)
+
+    def model_fn(features, labels, mode, params):
+        seen.append(features["x"].dtype)
+        return base(features, labels, mode, params)
+
+    def inp(params):
+        return Dataset.from_tensor_slices(({"x": X.astype(ml_dtypes.bfloat16)}, Y)).batch(
+            params["batch_size"], drop_remainder=True)
+
+    assert estimator(model_fn).train(inp, steps=2).global_step == 2
+    assert set(seen) == {np.dtype(ml_dtypes.bfloat16)}
+
+
+def test_hosts_running_out_at_different_steps_name_the_count_helper(caplog):
+    def uneven(params):  # host 1 has half the batches of host 0
+        ctx = params["context"]
+        n = 8 * params["batch_size"] * 4 // (ctx.current_host + 1)
+        return Dataset.from_tensor_slices(({"x": X[:n]}, Y[:n])).batch(params["batch_size"])
+
+    cfg = tpu.RunConfig(tpu_config=tpu.TPUConfig(iterations_per_loop=2, num_shards=8, num_hosts=2))
+    with caplog.at_level(logging.WARNING, logger="tpudata.tpu.infeed"):
+        est = tpu.TPUEstimator(models.softmax_regression(4), cfg, train_batch_size=64)
+        est.train(uneven, steps=10)
+    assert est.global_step == 4  # host 1 had 16 batches: 4 steps of its 4 replicas
+    warned = [r.getMessage() for r in caplog.records if "ran out of input" in r.getMessage()]
+    assert len(warned) == 1
+    assert "tpudata.distribute.equal_num_batches(counts, B, num_hosts)" in warned[0]
+    assert "pad_remainder=True, num_batches=n" in warned[0]
+
+
+@pytest.mark.parametrize("use_tpu,deployment,expected", [
+    (True, tpu.InputPipelineConfig.PER_HOST_V2,
+     [(8, ("/job:tpu_worker/task:0/device:CPU:0", 0, 2, 4)),
+      (8, ("/job:tpu_worker/task:1/device:CPU:0", 1, 2, 4))]),
+    (True, tpu.InputPipelineConfig.PER_HOST_V1,
+     [(32, ("/job:tpu_worker/task:0/device:CPU:0", 0, 2, 4)),
+      (32, ("/job:tpu_worker/task:1/device:CPU:0", 1, 2, 4))]),
+    (True, tpu.InputPipelineConfig.BROADCAST, [(64, ("/job:tpu_worker/task:0/device:CPU:0", 0, 1, 8))]),
+    (False, tpu.InputPipelineConfig.PER_HOST_V2, [(64, ("/replica:0/task:0/device:CPU:0", 0, 1, 1))]),
+])
+def test_current_input_fn_deployment(use_tpu, deployment, expected):
+    seen = []
+
+    def inp(params):
+        ctx = params["context"]
+        seen.append((params["batch_size"], ctx.current_input_fn_deployment()))
+        _, index, count, _ = ctx.current_input_fn_deployment()
+        return train_input(params).shard(count, index)
+
+    cfg = tpu.RunConfig(tpu_config=tpu.TPUConfig(iterations_per_loop=2, num_shards=8, num_hosts=2,
+                                                 per_host_input_for_training=deployment))
+    est = tpu.TPUEstimator(models.softmax_regression(4), cfg, train_batch_size=64, use_tpu=use_tpu)
+    est.train(inp, steps=2)
+    assert sorted(seen) == expected
+    if use_tpu and deployment != tpu.InputPipelineConfig.PER_HOST_V2:
+        seen.clear()  # evaluation always calls input_fn per host with the per-replica batch
+        est = tpu.TPUEstimator(models.softmax_regression(4), cfg, train_batch_size=64,
+                               eval_batch_size=64)
+        est.evaluate(inp, steps=1)
+        assert [s[1] for s in sorted(seen)] == [(f"/job:tpu_worker/task:{h}/device:CPU:0", h, 2, 4)
+                                                for h in range(2)]
 
 
 def test_argument_errors():

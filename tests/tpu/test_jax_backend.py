@@ -170,7 +170,7 @@ def _error(backend, input_fn, **kw):
     return type(info.value), str(info.value)
 
 
-@pytest.mark.parametrize("case", ["shape", "int64", "float64", "uint8", "strings", "int64 labels"])
+@pytest.mark.parametrize("case", ["shape", "uint64", "float64", "uint8", "strings", "uint16 labels"])
 def test_tpu_rules_raise_the_same_errors(case):
     if case == "shape":
         def inp(params):  # 22 rows: the last per-replica batch has 2
@@ -180,8 +180,8 @@ def test_tpu_rules_raise_the_same_errors(case):
         xs, ys = X[:64], Y[:64]
         if case == "strings":
             xs = np.array([b"a"] * 64, dtype=object)
-        elif case == "int64 labels":
-            ys = ys.astype(np.int64)
+        elif case == "uint16 labels":
+            ys = ys.astype(np.uint16)
         else:
             xs = xs.astype(case)
 
@@ -191,6 +191,73 @@ def test_tpu_rules_raise_the_same_errors(case):
     numpy_error = _error("numpy", inp, **kw)
     assert _error("jax", inp, **kw) == numpy_error
     assert "TPU" in numpy_error[1]
+
+
+def test_int64_inputs_accepted_on_both_backends():
+    # TPUEstimator infeeds int64 as it is; JAX without jax_enable_x64 holds it as int32
+    seen = {}
+    base = models.softmax_regression(4, learning_rate=0.3)
+
+    def model_fn(features, labels, mode, params):
+        seen.setdefault(mode, set()).add(str(labels.dtype))
+        return base(features, labels, mode, params)
+
+    def inp(params):
+        return (Dataset.from_tensor_slices(({"x": X[:480]}, Y[:480].astype(np.int64))).repeat()
+                .batch(params["batch_size"], drop_remainder=True))
+
+    results = {}
+    for backend in ("numpy", "jax"):
+        seen.clear()
+        est = estimator(model_fn, backend=backend).train(inp, steps=20)
+        results[backend] = (est.get_variable_value("softmax/W"), est.evaluate(inp, steps=2)["loss"])
+        expected = "int64" if backend == "numpy" or jax.config.jax_enable_x64 else "int32"
+        assert seen == {"train": {expected}, "eval": {expected}}
+    np.testing.assert_allclose(results["jax"][0], results["numpy"][0], rtol=1e-5, atol=1e-6)
+    assert results["jax"][1] == pytest.approx(results["numpy"][1], rel=1e-5)
+
+    def huge(params):  # a value JAX would wrap silently as int32
+        ys = Y[:64].astype(np.int64)
+        ys[5] = 2**40
+        return Dataset.from_tensor_slices(({"x": X[:64]}, ys)).batch(params["batch_size"])
+
+    if not jax.config.jax_enable_x64:
+        with pytest.raises(UnsupportedDtypeError, match=r"labels has int64 values outside int32's "
+                           r"range \(0\.\.1099511627776\).*jax_enable_x64"):
+            estimator().train(huge, steps=1)
+
+
+def _one_batch(params):
+    return {"x": X[:64]}, Y[:64]
+
+
+@pytest.mark.parametrize("returned,kind,hint", [
+    (lambda p: None, "NoneType", "missing `return`"),
+    (lambda p: {"x": X[:64]}, "dict", "one batch"),
+    (_one_batch, "tuple", "one batch"),
+    (lambda p: X[:64], "ndarray", "one batch"),
+    (lambda p: "gs://bucket/train-*", "str", "list_files"),
+    (lambda p: 3, "int", None),
+])
+@pytest.mark.parametrize("backend", ["numpy", "jax"])
+def test_input_fn_must_return_a_dataset_or_batches(backend, returned, kind, hint):
+    from tpudata.errors import InputFnError
+
+    with pytest.raises(InputFnError) as info:
+        estimator(backend=backend).train(returned, steps=1)
+    msg = str(info.value)
+    name = returned.__qualname__
+    assert msg.startswith(f"input_fn {name!r} returned {kind}; TPUEstimator accepts a tpudata Dataset, "
+                          "or an iterable of batches")
+    assert info.value.returned == kind and isinstance(info.value, TypeError)
+    if hint:
+        assert hint in msg
+    with pytest.raises(InputFnError, match=f"returned {kind}"):
+        estimator(backend=backend).evaluate(returned, steps=1)
+    # an iterable of batches is fine
+    batches = [({"x": X[i:i + 8]}, Y[i:i + 8]) for i in range(0, 160, 8)]
+    est = estimator(backend=backend).train(lambda p: list(batches), steps=2)
+    assert est.global_step == 2
 
 
 def test_jax_needs_static_shapes_even_without_tpu_rules():

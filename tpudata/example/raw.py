@@ -23,7 +23,8 @@ def _dtype(out_type: Any) -> np.dtype:
         try:
             import ml_dtypes
         except ImportError:
-            raise ImportError("decode_raw(out_type='bfloat16') needs ml_dtypes: pip install ml_dtypes") from None
+            raise ImportError("decode_raw(out_type='bfloat16') needs ml_dtypes: "
+                              "pip install 'tpudata[bfloat16]'") from None
         return np.dtype(ml_dtypes.bfloat16)
     try:
         dt = np.dtype(_NAMES.get(name, name) if name is not None else out_type)

@@ -79,15 +79,44 @@ class RunConfig:
             raise ValueError("keep_checkpoint_max must be >= 1")
 
 
+CPU_DEVICE = "/replica:0/task:0/device:CPU:0"  # TF's host device when no TPU job is named
+
+
+def host_device(host: int) -> str:
+    """Host ``host``'s input device as TPUEstimator names it on a Cloud TPU (job ``tpu_worker``)."""
+    return f"/job:tpu_worker/task:{host}/device:CPU:0"
+
+
 @dataclass(frozen=True)
 class TPUContext:
-    """``params["context"]`` for input_fn: the replica layout and which host is asking."""
+    """``params["context"]`` for input_fn: the replica layout and which host is asking.
+
+    ``deployment`` is the :class:`InputPipelineConfig` this input_fn call serves (None: one
+    replica, ``use_tpu=False``).
+
+    >>> ctx = TPUContext(8, 2, 1, "train", InputPipelineConfig.PER_HOST_V2)
+    >>> ctx.current_input_fn_deployment()
+    ('/job:tpu_worker/task:1/device:CPU:0', 1, 2, 4)
+    """
 
     num_replicas: int
     num_hosts: int
     current_host: int
     mode: str
+    deployment: int | None = None
 
     @property
     def replicas_per_host(self) -> int:
         return self.num_replicas // self.num_hosts
+
+    def current_input_fn_deployment(self) -> tuple[str, int, int, int]:
+        """``(input device, invocation index, total invocations, replicas fed by this call)``, as
+        tf.estimator.tpu.TPUContext's: PER_HOST_V1/V2 call input_fn once per host (index = host,
+        ``num_hosts`` calls, ``replicas_per_host`` replicas each); BROADCAST once on host 0 for
+        all ``num_replicas``; ``use_tpu=False`` once on the CPU for its one replica."""
+        if self.deployment is None:
+            return (CPU_DEVICE, 0, 1, 1)
+        if self.deployment == InputPipelineConfig.BROADCAST:
+            return (host_device(0), 0, 1, self.num_replicas)
+        return (host_device(self.current_host), self.current_host, self.num_hosts,
+                self.replicas_per_host)

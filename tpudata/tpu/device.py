@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpudata.dataset.nest import flatten, leaf_paths, map_structure
+from tpudata.dataset.nest import flatten, leaf_paths, map_structure, unflatten
 from tpudata.errors import StaticShapeError, UnsupportedDtypeError
 from tpudata.example.parse import VarLenValues
 
-SUPPORTED = {np.dtype(t) for t in (np.float32, np.int32, np.uint32, np.bool_, np.float16, np.complex64)}
+# int64 is a TPU infeed type (tensorflow/python/tpu/ops/tpu_ops.py, _SUPPORTED_INFEED_DTYPES) and
+# TPUEstimator passes it through uncast, so it is accepted here as it is
+SUPPORTED = {np.dtype(t) for t in (np.float32, np.int32, np.uint32, np.bool_, np.float16, np.complex64,
+                                   np.int64)}
 _INT_TO_INT32 = {np.dtype(t) for t in (np.int64, np.uint64, np.uint8, np.int8, np.int16, np.uint16)}
+_INT32 = np.iinfo(np.int32)
 
 
 def _leaves(structure, what: str) -> list[tuple[str, object]]:
@@ -45,6 +49,33 @@ def check_dtype(name: str, value) -> np.ndarray:
     else:
         hint = "use float32 or int32"
     raise UnsupportedDtypeError(f"{name} has dtype {dt}, which TPUs do not support; {hint}")
+
+
+def int64_as_int32(features, labels):
+    """``(features, labels)`` with int64 leaves as int32, for JAX without ``jax_enable_x64`` (which
+    would wrap values silently): values outside int32's range are refused, naming the feature."""
+    def narrow(structure, what):
+        if structure is None:
+            return None
+        tree, leaves = flatten(structure)
+        if not any(getattr(v, "dtype", None) == np.int64 for v in leaves):
+            return structure
+        out = []
+        for name, leaf in zip(leaf_paths(tree), leaves):
+            arr = np.asarray(leaf)
+            if arr.dtype == np.int64:
+                if arr.size and (arr.min() < _INT32.min or arr.max() > _INT32.max):
+                    label = f"{what} {name!r}" if tree.kind != "leaf" else what
+                    raise UnsupportedDtypeError(
+                        f"{label} has int64 values outside int32's range ({arr.min()}..{arr.max()}), "
+                        "which JAX holds as int32 unless jax_enable_x64 is set: set "
+                        "jax.config.update('jax_enable_x64', True) before building the estimator, "
+                        "or keep such values off the device")
+                arr = arr.astype(np.int32)
+            out.append(arr)
+        return unflatten(tree, out)
+
+    return narrow(features, "features"), narrow(labels, "labels")
 
 
 class Signature:
@@ -121,6 +152,4 @@ def split_batch(structure, pieces: int, what: str) -> list:
             raise ValueError(f"{what} batch of {arr.shape[0]} rows cannot be split evenly across "
                              f"{pieces} replicas")
         parts.append(np.split(arr, pieces))
-    from tpudata.dataset.nest import unflatten
-
     return [unflatten(tree, [p[i] for p in parts]) for i in range(pieces)]

@@ -22,7 +22,7 @@ from tpudata.dataset.nest import flatten, unflatten
 from tpudata.tpu import summaries
 from tpudata.tpu.config import InputPipelineConfig, RunConfig, TPUContext
 from tpudata.tpu.device import Signature
-from tpudata.tpu.infeed import Infeed, LoopReport, nbytes, rows
+from tpudata.tpu.infeed import Infeed, LoopReport, call_input_fn, nbytes, rows
 from tpudata.tpu.metrics import Metric
 from tpudata.tpu.optimizers import CrossShardOptimizer, Optimizer, TrainOp
 from tpudata.tpu.spec import ModeKeys, TPUEstimatorSpec
@@ -94,21 +94,23 @@ class TPUEstimator:
         if not self.use_tpu:
             params = dict(self.params, batch_size=global_batch,
                           context=TPUContext(1, 1, 0, mode))
-            return Infeed([input_fn(params)], 1, False, tpu.iterations_per_loop, partial, states, track)
+            return Infeed([call_input_fn(input_fn, params)], 1, False, tpu.iterations_per_loop,
+                          partial, states, track)
         deployment = tpu.per_host_input_for_training if mode == ModeKeys.TRAIN else \
             InputPipelineConfig.PER_HOST_V2
         if deployment == InputPipelineConfig.BROADCAST:
             params = dict(self.params, batch_size=global_batch,
-                          context=TPUContext(self.num_replicas, tpu.num_hosts, 0, mode))
-            return Infeed([input_fn(params)], self.num_replicas, True, tpu.iterations_per_loop,
-                          False, states, track)
+                          context=TPUContext(self.num_replicas, tpu.num_hosts, 0, mode, deployment))
+            return Infeed([call_input_fn(input_fn, params)], self.num_replicas, True,
+                          tpu.iterations_per_loop, False, states, track)
         sources = []
         for host in range(tpu.num_hosts):
             per_host = deployment == InputPipelineConfig.PER_HOST_V1
             size = global_batch // tpu.num_hosts if per_host else global_batch // self.num_replicas
             params = dict(self.params, batch_size=size,
-                          context=TPUContext(self.num_replicas, tpu.num_hosts, host, mode))
-            sources.append(input_fn(params))
+                          context=TPUContext(self.num_replicas, tpu.num_hosts, host, mode,
+                                             deployment))
+            sources.append(call_input_fn(input_fn, params))
         return Infeed(sources, tpu.replicas_per_host, deployment == InputPipelineConfig.PER_HOST_V1,
                       tpu.iterations_per_loop * tpu.infeed_queue_loops, partial, states, track)
 

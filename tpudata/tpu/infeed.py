@@ -17,6 +17,7 @@ import numpy as np
 
 from tpudata.dataset.base import Dataset
 from tpudata.dataset.nest import flatten
+from tpudata.errors import InputFnError
 from tpudata.example.parse import VarLenValues
 from tpudata.tpu.device import split_batch
 
@@ -31,6 +32,34 @@ def _split_element(element):
             raise ValueError("input_fn elements must be features or (features, labels)")
         return element[0], element[1]
     return element, None
+
+
+_ACCEPTED = ("a tpudata Dataset, or an iterable of batches (a list, generator or iterator) whose "
+             "elements are features or (features, labels) of numpy arrays")
+
+
+def call_input_fn(input_fn, params: dict):
+    """``input_fn(params)``, refused with :class:`InputFnError` unless it is what an infeed reads:
+    a Dataset or an iterable of batches (not one batch: a dict, an array or a tuple of them)."""
+    out = input_fn(params)
+    if isinstance(out, Dataset):
+        return out
+    name = getattr(input_fn, "__qualname__", None) or repr(input_fn)
+    kind = type(out).__name__
+    hint = None
+    if isinstance(out, (str, bytes)):
+        hint = "file names are not input: return Dataset.list_files(...) or TFRecordDataset(...)"
+    elif isinstance(out, (dict, np.ndarray)) or (
+            isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], (dict, np.ndarray))
+            and (out[1] is None or isinstance(out[1], (dict, np.ndarray)))):
+        hint = ("that is one batch (TF's (features, labels) tensors), not a stream of them: return "
+                "Dataset.from_tensor_slices(...).batch(params['batch_size']) or a list of batches")
+    elif not hasattr(out, "__iter__"):
+        hint = "return the Dataset the function builds (a missing `return`?)" if out is None else None
+    else:
+        return out
+    message = f"input_fn {name!r} returned {kind}; TPUEstimator accepts {_ACCEPTED}"
+    raise InputFnError(message + (f"; {hint}" if hint else ""), returned=kind)
 
 
 def _open(h: int, src, state):
@@ -216,8 +245,12 @@ class Infeed:
         waited = time.perf_counter() - t0
         if ended and not (self.partial and step):
             if step:
-                logger.warning("some hosts ran out of input before others; use the same number of "
-                               "batches on every host (batch(..., num_batches=...))")
+                logger.warning("some hosts ran out of input before others (the last step was "
+                               "dropped); give every host the same number of batches: "
+                               "batch(B, pad_remainder=True, num_batches=n) with n = "
+                               "tpudata.distribute.equal_num_batches(counts, B, num_hosts), "
+                               "counts = tpudata.distribute.file_record_counts(files): it counts "
+                               "each host's records exactly")
             return None, waited
         self.states = states
         return step, waited

@@ -35,6 +35,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError("TPUEstimator(backend='jax') needs JAX: pip install 'tpudata[jax]'") from exc
 
 from tpudata.tpu import jax_step
+from tpudata.tpu.device import int64_as_int32
 from tpudata.tpu.infeed import Infeed, LoopReport, nbytes, rows
 from tpudata.tpu.spec import ModeKeys, TPUEstimatorSpec
 
@@ -183,11 +184,20 @@ class JaxBackend:
                         time.perf_counter() - t0)
         return compiled
 
+    @staticmethod
+    def device_dtypes(batches: list) -> list:
+        """int64 inputs (a TPU infeed type, passed through by TPUEstimator) as JAX holds them:
+        int64 with ``jax_enable_x64``, else int32 (values outside its range are refused)."""
+        if jax.config.jax_enable_x64:
+            return batches
+        return [int64_as_int32(features, labels) for features, labels in batches]
+
     # -- eval / predict: one step at a time ----------------------------------------------------------
     def run_replicas(self, mode: str, batches: list) -> list[TPUEstimatorSpec]:
         """One EVAL/PREDICT step on the devices; per-replica specs with numpy values."""
         for features, labels in batches:
             self.est._compile_check(mode, features, labels)
+        batches = self.device_dtypes(batches)
         features, labels = batches[0]
         if not self.est.store.values[0]:
             self._init_variables(mode, features, labels)
@@ -310,7 +320,7 @@ class TrainLoops:
                         break
                     for features, labels in batches:
                         est._compile_check(ModeKeys.TRAIN, features, labels)
-                    steps.append(batches)
+                    steps.append(self.backend.device_dtypes(batches))
                     records += sum(rows(f) for f, _ in batches)
                     total_bytes += sum(nbytes(f) + nbytes(lab) for f, lab in batches)
                 state = self.infeed.consumed_state
