@@ -72,6 +72,17 @@ def _pipelines(shards, tmp_path):
                                                FixedLengthRecordDataset(misc[("f.bin", "")], 8, 5, 4,
                                                                         buffer_size=11))),
         "repeat_take_skip": lambda: Dataset.range(7).repeat(3).skip(4).take(12),
+        "enumerate_shuffle": lambda: TFRecordDataset(shards).enumerate(3).shuffle(9, seed=5),
+        "concatenate_files": lambda: TFRecordDataset(shards[:2]).concatenate(
+            TFRecordDataset(shards[2:], num_parallel_reads=2)).parse(SPEC).batch(7),
+        "scan_parallel_map": lambda: Dataset.range(40).map(lambda x: x * 2, num_parallel_calls=3)
+        .scan(np.int64(0), lambda s, x: (s + x, (s, x))).batch(4),
+        "from_generator_interleave": lambda: Dataset.range(4).interleave(
+            lambda i: Dataset.from_generator(lambda i=int(i): iter(range(10 * i, 10 * i + 5 + i)),
+                                             output_signature=tpudata.TensorSpec((), np.int64)),
+            cycle_length=2, block_length=3),
+        "interleave_filter": lambda: Dataset.range(4).interleave(
+            lambda i: Dataset.range(5).filter(lambda x: x != 2), cycle_length=2, block_length=3),
         "prefetch_map": lambda: Dataset.range(30).map(lambda x: x * x, num_parallel_calls=2)
         .prefetch(3),
         "range": lambda: Dataset.range(40),
@@ -106,7 +117,8 @@ MORE = [f"text_{c}_{b}" for c in ("plain", "GZIP", "ZLIB") for b in (5, 64)] + [
     f"fixed_{c}_{b}" for c in ("plain", "GZIP", "ZLIB") for b in (3, 20)] + [
     "tfrecord_gzip", "tfrecord_zlib", "tfrecord_gzip_parallel", "nested_interleave", "flat_map",
     "parallel_map_batch", "text_map_shuffle", "cache_memory", "zip_text_fixed",
-    "repeat_take_skip", "prefetch_map"]
+    "repeat_take_skip", "prefetch_map", "enumerate_shuffle", "concatenate_files",
+    "scan_parallel_map", "from_generator_interleave", "interleave_filter"]
 
 NAMES = MORE + ["range", "slices", "tfrecord", "parallel_reads", "interleave", "shard", "take_skip",
          "shuffle", "shuffle_unseeded", "shuffle_repeat", "map_filter", "zip", "batch",

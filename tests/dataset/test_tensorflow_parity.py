@@ -77,3 +77,30 @@ def test_parse_then_batch_like_tf(tmp_path):
     ours = outputs(TFRecordDataset(paths).batch(3).parse(spec_ours))
     theirs = tf_out(tf.data.TFRecordDataset(paths).batch(3).map(lambda r: tf.io.parse_example(r, spec_tf)))
     assert ours == theirs
+
+
+def _new_op_cases():
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "data"))
+    from dataset_op_cases import CASES
+
+    return CASES
+
+
+@pytest.mark.parametrize("name", sorted(_new_op_cases()))
+def test_new_ops_like_tf(name):
+    """enumerate, concatenate, scan, from_generator, flat_map, apply against live tf.data (the
+    same pipelines the golden file dataset_ops.json was written from)."""
+    build = _new_op_cases()[name]
+    ours = outputs(build(Dataset, tpudata.TensorSpec, bytes))
+    assert ours == tf_out(build(tf.data.Dataset, tf.TensorSpec, tf.string))
+
+
+def test_from_generator_takes_tf_specs():
+    sig = (tf.TensorSpec((), tf.int64), tf.TensorSpec((None,), tf.float32))
+    ds = Dataset.from_generator(lambda: ((i, [1.0] * i) for i in range(3)), output_signature=sig)
+    assert ds.element_spec == (tpudata.TensorSpec((), np.dtype(np.int64)),
+                               tpudata.TensorSpec((None,), np.dtype(np.float32)))
+    assert outputs(ds) == tf_out(tf.data.Dataset.from_generator(
+        lambda: ((i, [1.0] * i) for i in range(3)), output_signature=sig))

@@ -141,6 +141,19 @@ class Dataset:
         return list_files(pattern, shuffle, seed, storage_options, **unknown)
 
     @staticmethod
+    def from_generator(generator: Callable, output_types=None, output_shapes=None, args=None,
+                       output_signature=None) -> "Dataset":
+        """Elements from ``generator(*args)`` (a callable returning an iterable), converted to
+        ``output_signature`` (a structure of TensorSpec; tf.TensorSpec works too).
+
+        Checkpoints replay by count: a restore calls ``generator`` again and skips the elements
+        already taken, so it must yield the same sequence on every call.
+        """
+        from tpudata.dataset.generator import GeneratorDataset
+
+        return GeneratorDataset(generator, output_types, output_shapes, args, output_signature)
+
+    @staticmethod
     def zip(datasets) -> "Dataset":
         """Elements are tuples (or dicts) of the datasets' elements, until the shortest ends."""
         from tpudata.dataset.zip import ZipDataset
@@ -274,8 +287,39 @@ class Dataset:
 
         return PrefetchDataset(self, buffer_size, max_bytes)
 
-    def apply(self, fn: Callable[["Dataset"], "Dataset"]) -> "Dataset":
-        return fn(self)
+    def apply(self, transformation_func: Callable[["Dataset"], "Dataset"]) -> "Dataset":
+        """``transformation_func(self)``: chain a function that transforms a whole Dataset.
+
+        >>> [int(x) for x in Dataset.range(6).apply(lambda ds: ds.filter(lambda x: x % 2 == 0))]
+        [0, 2, 4]
+        """
+        out = transformation_func(self)
+        if not isinstance(out, Dataset):
+            raise TypeError(f"apply(): the function must return a Dataset, not "
+                            f"{type(out).__name__}")
+        return out
+
+    def enumerate(self, start: int = 0) -> "Dataset":
+        """``(index, element)`` pairs; the index is int64 and counts from ``start``."""
+        from tpudata.dataset.enumerate import EnumerateDataset
+
+        return EnumerateDataset(self, start)
+
+    def concatenate(self, dataset: "Dataset") -> "Dataset":
+        """This dataset's elements, then ``dataset``'s (same structure and dtypes)."""
+        from tpudata.dataset.concatenate import ConcatenateDataset
+
+        return ConcatenateDataset(self, dataset)
+
+    def scan(self, initial_state, scan_func: Callable) -> "Dataset":
+        """A running state: ``scan_func(state, element) -> (new_state, output_element)``.
+
+        The state is a structure of numpy values (checkpointed with their dtypes); each new
+        state keeps the initial state's structure and dtypes.
+        """
+        from tpudata.dataset.scan import ScanDataset
+
+        return ScanDataset(self, initial_state, scan_func)
 
 
 # Cursor, IterContext, Iterator and the JSON helpers are re-exported for the op modules

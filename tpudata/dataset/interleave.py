@@ -247,6 +247,8 @@ class _InterleaveIterator(BlockIterator):
                     return None
                 continue
             if slot.cursor.block is None or slot.cursor.pos >= slot.cursor.block.n:
+                if slot.it.exact_want:  # (filter, scan, generators): a block read ahead here
+                    return None  # would sit unconsumed, and their states name no such block
                 if not slot.cursor._fill():
                     return None  # exhausted: the step-by-step path closes it
             open_slots.append(slot)

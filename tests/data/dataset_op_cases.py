@@ -1,0 +1,53 @@
+"""Pipelines written once for tf.data and tpudata (``D`` is the Dataset class, ``S`` a
+TensorSpec maker, ``STR`` the string dtype): make_dataset_golden.py runs them with TensorFlow
+and tests/dataset/test_new_ops.py compares tpudata's output with the saved orders.
+Imports nothing: it runs in either environment."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _gen_pairs():
+    for i in range(1, 6):
+        yield i, [0.5 * i] * i
+
+
+def _gen_dicts():
+    for i in range(4):
+        yield {"id": i, "name": f"n{i}", "v": np.arange(2, dtype=np.float64) + i}
+
+
+def _gen_args(n, base):
+    for i in range(int(n)):
+        yield int(base) + i
+
+
+CASES = {
+    "enumerate": lambda D, S, STR: D.range(10, 15).enumerate(),
+    "enumerate_start": lambda D, S, STR: D.range(4).enumerate(start=7),
+    "enumerate_dict_batch": lambda D, S, STR: D.from_tensor_slices(
+        {"a": np.arange(7), "b": np.arange(7.0)}).enumerate(start=-2).batch(3),
+    "concatenate": lambda D, S, STR: D.range(4).concatenate(D.range(10, 13)),
+    "concatenate_batch_repeat": lambda D, S, STR: D.range(5).concatenate(D.range(10, 13))
+    .batch(3).repeat(2),
+    "concatenate_empty": lambda D, S, STR: D.range(0).concatenate(D.range(3)).concatenate(
+        D.range(0)),
+    "scan_cumsum": lambda D, S, STR: D.range(8).scan(np.int64(0), lambda s, x: (s + x, s + x)),
+    "scan_tuple_state": lambda D, S, STR: D.range(1, 7).scan(
+        (np.int64(1), np.float32(0.5)),
+        lambda s, x: ((s[0] * x, s[1] * np.float32(2.0)), (s[0], s[1], x))),
+    "scan_after_batch": lambda D, S, STR: D.range(10).batch(3).scan(
+        np.int64(100), lambda s, b: (s - 1, b + s)),
+    "from_generator": lambda D, S, STR: D.from_generator(
+        _gen_pairs, output_signature=(S((), np.int64), S((None,), np.float32))),
+    "from_generator_dict": lambda D, S, STR: D.from_generator(
+        _gen_dicts, output_signature={"id": S((), np.int32), "name": S((), STR),
+                                      "v": S((2,), np.float64)}),
+    "from_generator_args": lambda D, S, STR: D.from_generator(
+        _gen_args, args=(3, 40), output_signature=S((), np.int64)).repeat(2),
+    "flat_map": lambda D, S, STR: D.range(1, 5).flat_map(lambda x: D.range(x)),
+    "flat_map_tuples": lambda D, S, STR: D.range(3).flat_map(
+        lambda x: D.zip((D.range(x + 1), D.range(x + 1).map(lambda y: y * 10)))),
+    "apply": lambda D, S, STR: D.range(10).apply(lambda ds: ds.skip(2).take(5)),
+}

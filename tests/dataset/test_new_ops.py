@@ -1,0 +1,187 @@
+"""enumerate, concatenate, scan, from_generator, flat_map, apply: tf.data's orders (golden
+files written by live tf.data with tests/data/make_dataset_golden.py), specs, errors, state."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from tpudata.dataset import UNKNOWN, Dataset, TensorSpec
+from tpudata.dataset.nest import flatten
+from tpudata.errors import SpecError
+from tests.dataset.helpers import check_restore_everywhere, outputs
+
+DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
+sys.path.insert(0, DATA)
+from dataset_op_cases import CASES  # noqa: E402
+
+with open(os.path.join(DATA, "golden", "dataset_ops.json")) as f:
+    GOLDEN = json.load(f)["orders"]
+
+
+def _build(name):
+    return CASES[name](Dataset, TensorSpec, bytes)
+
+
+def _text(x):
+    """Golden files hold bytes as latin-1 text."""
+    if isinstance(x, bytes):
+        return x.decode("latin-1")
+    if isinstance(x, dict):
+        return {k: _text(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_text(v) for v in x]
+    return x
+
+
+def _spec(ds):
+    return [[[d for d in s.shape], "string" if s.dtype == object else str(s.dtype)]
+            for s in flatten(ds.element_spec)[1]]
+
+
+def test_golden_covers_every_case():
+    assert sorted(GOLDEN) == sorted(CASES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_order_and_spec_like_tf_data(name):
+    ds = _build(name)
+    assert _text(outputs(ds)) == GOLDEN[name]["elements"]
+    assert _spec(ds) == GOLDEN[name]["spec"]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_restore_at_every_element(name):
+    out = check_restore_everywhere(lambda: _build(name))
+    assert _text(out) == GOLDEN[name]["elements"]
+
+
+def test_dtypes_survive_a_checkpoint():
+    def make():
+        return Dataset.range(6).scan((np.int64(0), np.float32(1.0)),
+                                     lambda s, x: ((s[0] + x, s[1] * np.float32(1.5)), s))
+
+    it = make().iterator()
+    for _ in range(3):
+        next(it)
+    state = json.loads(json.dumps(it.get_state()))
+    it.close()
+    with make().iterator(state) as resumed:
+        total, scale = next(resumed)
+    assert (type(total), type(scale)) == (np.int64, np.float32)
+    assert (int(total), float(scale)) == (3, 1.5 ** 3)
+
+
+def test_enumerate_and_concatenate_cardinality():
+    assert Dataset.range(5).enumerate().cardinality() == 5
+    assert Dataset.range(5).concatenate(Dataset.range(3)).cardinality() == 8
+    assert Dataset.range(5).concatenate(Dataset.range(3).repeat()).cardinality() == -1
+    assert Dataset.range(5).concatenate(Dataset.range(3).filter(bool)).cardinality() == UNKNOWN
+
+
+def test_concatenate_refuses_different_structures_and_dtypes():
+    with pytest.raises(SpecError, match="different structures"):
+        Dataset.range(3).concatenate(Dataset.range(3).enumerate())
+    with pytest.raises(SpecError, match="different dtypes"):
+        Dataset.range(3).concatenate(Dataset.range(3, dtype=np.int32))
+    with pytest.raises(TypeError, match="needs a Dataset"):
+        Dataset.range(3).concatenate([1, 2])
+    merged = Dataset.range(3).batch(2, drop_remainder=True).concatenate(Dataset.range(3).batch(3))
+    assert merged.element_spec == TensorSpec((None,), np.dtype(np.int64))
+
+
+def test_enumerate_needs_an_integer():
+    with pytest.raises(TypeError, match="integer"):
+        Dataset.range(3).enumerate(start=1.5)
+
+
+def test_scan_errors_name_the_problem():
+    with pytest.raises(SpecError, match="initial state's is int64"):
+        list(Dataset.range(3).scan(np.int64(0), lambda s, x: (s + 0.5, x)))
+    with pytest.raises(SpecError, match="structure"):
+        list(Dataset.range(3).scan(np.int64(0), lambda s, x: ((s, s), x)))
+    with pytest.raises(SpecError, match=r"\(new_state, output_element\)"):
+        list(Dataset.range(3).scan(np.int64(0), lambda s, x: s + x))
+
+
+def test_scan_calls_the_function_on_demand():
+    calls = []
+
+    def fn(s, x):
+        calls.append(int(x))
+        return s + x, s
+
+    assert outputs(Dataset.range(1000).scan(np.int64(0), fn).take(4)) == [0, 0, 1, 3]
+    assert calls == [0, 1, 2, 3]
+
+
+def test_from_generator_converts_and_checks_like_tf():
+    sig = TensorSpec((2,), np.float32)
+    assert [x.dtype for x in Dataset.from_generator(lambda: [[1, 2]], output_signature=sig)] == [
+        np.float32]
+    with pytest.raises(SpecError, match=r"shape \(3,\) where the signature has \(2,\)"):
+        list(Dataset.from_generator(lambda: [[1, 2, 3]], output_signature=sig))
+    with pytest.raises(SpecError, match="does not convert to float32"):
+        list(Dataset.from_generator(lambda: ["abc"], output_signature=sig))
+    with pytest.raises(SpecError, match="structure"):
+        list(Dataset.from_generator(lambda: [(1, 2)], output_signature={"a": sig}))
+    with pytest.raises(TypeError, match="output_signature"):
+        Dataset.from_generator(lambda: [1])
+    with pytest.raises(TypeError, match="callable"):
+        Dataset.from_generator(iter([1, 2]), output_signature=sig)
+    assert Dataset.from_generator(lambda: [1], output_signature=sig).cardinality() == UNKNOWN
+
+
+def test_from_generator_deprecated_types_and_shapes():
+    ds = Dataset.from_generator(lambda: (((i, [i] * 2) for i in range(3))),
+                                output_types=(np.int64, np.int32), output_shapes=((), [2]))
+    assert ds.element_spec == (TensorSpec((), np.dtype(np.int64)), TensorSpec((2,), np.dtype(np.int32)))
+    assert outputs(ds) == [[0, [0, 0]], [1, [1, 1]], [2, [2, 2]]]
+
+
+def test_from_generator_restore_replays_by_count():
+    opened = []
+
+    def gen():
+        opened.append(1)
+        yield from range(10)
+
+    ds = Dataset.from_generator(gen, output_signature=TensorSpec((), np.int64))
+    it = ds.iterator()
+    assert [int(next(it)) for _ in range(4)] == [0, 1, 2, 3]
+    state = it.get_state()
+    it.close()
+    assert outputs_from(ds, state) == list(range(4, 10))
+    assert len(opened) == 2  # the restore called the generator again
+
+    short = Dataset.from_generator(lambda: iter(range(2)), output_signature=TensorSpec((), np.int64))
+    with pytest.raises(ValueError, match="same sequence"):
+        short.iterator(state)
+
+
+def outputs_from(ds, state):
+    with ds.iterator(state) as it:
+        return [int(x) for x in it]
+
+
+def test_from_generator_closes_the_generator():
+    closed = []
+
+    def gen():
+        try:
+            yield from range(100)
+        finally:
+            closed.append(True)
+
+    with Dataset.from_generator(gen, output_signature=TensorSpec((), np.int64)).iterator() as it:
+        next(it)
+    assert closed == [True]
+
+
+def test_apply_must_return_a_dataset():
+    with pytest.raises(TypeError, match="must return a Dataset"):
+        Dataset.range(3).apply(lambda ds: list(ds))
