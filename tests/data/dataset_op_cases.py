@@ -50,4 +50,28 @@ CASES = {
     "flat_map_tuples": lambda D, S, STR: D.range(3).flat_map(
         lambda x: D.zip((D.range(x + 1), D.range(x + 1).map(lambda y: y * 10)))),
     "apply": lambda D, S, STR: D.range(10).apply(lambda ds: ds.skip(2).take(5)),
+    "choose": lambda D, S, STR: D.choose_from_datasets(
+        [D.range(3), D.range(10, 12), D.range(20, 23)],
+        D.from_tensor_slices(np.array([0, 1, 1, 0, 2, 1, 2, 2, 0], np.int64))),
+    "choose_keep_going": lambda D, S, STR: D.choose_from_datasets(
+        [D.range(3), D.range(10, 12), D.range(20, 23)],
+        D.from_tensor_slices(np.array([0, 1, 1, 0, 2, 1, 2, 2, 0, 1, 0, 2], np.int64)),
+        stop_on_empty_dataset=False),
+    "choose_dicts_repeat": lambda D, S, STR: D.choose_from_datasets(
+        [D.from_tensor_slices({"a": np.arange(4), "b": np.arange(4) * 2}),
+         D.from_tensor_slices({"a": np.arange(10, 14), "b": np.arange(4) * 3})],
+        D.range(6).map(lambda x: x % 2)).repeat(2),
+    "sample_one_weight": lambda D, S, STR: D.sample_from_datasets(
+        [D.range(3), D.range(10, 14), D.range(20, 22)], weights=[0.0, 2.0, 0.0], seed=3),
+    "sample_zero_weights": lambda D, S, STR: D.sample_from_datasets(
+        [D.range(3), D.range(10, 14)], weights=[0.0, 0.0], seed=3),
+}
+
+# random picks: tf.data's Philox draws are not reproduced, so these are compared as multisets
+SAMPLED = {
+    "sample_uniform": lambda D, S, STR: D.sample_from_datasets(
+        [D.range(5), D.range(10, 17), D.range(20, 22)], seed=7),
+    "sample_weighted_stop": lambda D, S, STR: D.sample_from_datasets(
+        [D.range(40), D.range(100, 103)], weights=[0.0001, 0.9999], seed=1,
+        stop_on_empty_dataset=True),
 }

@@ -18,7 +18,7 @@ import tensorflow as tf  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from dataset_op_cases import CASES  # noqa: E402
+from dataset_op_cases import CASES, SAMPLED  # noqa: E402
 
 
 def plain(x):
@@ -44,13 +44,19 @@ def main() -> None:
             "spec": [[s.shape.as_list(), s.dtype.name]
                      for s in tf.nest.flatten(ds.element_spec)],
         }
+    for name, build in sorted(SAMPLED.items()):  # random picks: only the multiset is TF's
+        ds = build(tf.data.Dataset, tf.TensorSpec, tf.string)
+        out["orders"][name] = {
+            "sorted_elements": sorted(plain(e) for e in ds.as_numpy_iterator()),
+            "spec": [[s.shape.as_list(), s.dtype.name] for s in tf.nest.flatten(ds.element_spec)],
+        }
     path = os.path.join(HERE, "golden", "dataset_ops.json")
     with open(path, "w") as f:  # one line per pipeline: small diffs when a case changes
         f.write('{"tensorflow": %s, "orders": {\n' % json.dumps(out["tensorflow"]))
         f.write(",\n".join(f" {json.dumps(k)}: {json.dumps(v, sort_keys=True)}"
                             for k, v in sorted(out["orders"].items())))
         f.write("\n}}\n")
-    print(f"wrote {path} ({len(CASES)} pipelines)")
+    print(f"wrote {path} ({len(CASES) + len(SAMPLED)} pipelines)")
 
 
 if __name__ == "__main__":

@@ -17,14 +17,14 @@ from tests.dataset.helpers import check_restore_everywhere, outputs
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
 sys.path.insert(0, DATA)
-from dataset_op_cases import CASES  # noqa: E402
+from dataset_op_cases import CASES, SAMPLED  # noqa: E402
 
 with open(os.path.join(DATA, "golden", "dataset_ops.json")) as f:
     GOLDEN = json.load(f)["orders"]
 
 
 def _build(name):
-    return CASES[name](Dataset, TensorSpec, bytes)
+    return {**CASES, **SAMPLED}[name](Dataset, TensorSpec, bytes)
 
 
 def _text(x):
@@ -44,7 +44,7 @@ def _spec(ds):
 
 
 def test_golden_covers_every_case():
-    assert sorted(GOLDEN) == sorted(CASES)
+    assert sorted(GOLDEN) == sorted({**CASES, **SAMPLED})
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -54,10 +54,20 @@ def test_order_and_spec_like_tf_data(name):
     assert _spec(ds) == GOLDEN[name]["spec"]
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(SAMPLED))
+def test_sampled_elements_and_spec_like_tf_data(name):
+    ds = _build(name)
+    assert sorted(_text(outputs(ds))) == GOLDEN[name]["sorted_elements"]
+    assert _spec(ds) == GOLDEN[name]["spec"]
+
+
+@pytest.mark.parametrize("name", sorted(CASES) + sorted(SAMPLED))
 def test_restore_at_every_element(name):
     out = check_restore_everywhere(lambda: _build(name))
-    assert _text(out) == GOLDEN[name]["elements"]
+    if name in CASES:
+        assert _text(out) == GOLDEN[name]["elements"]
+    else:
+        assert sorted(out) == GOLDEN[name]["sorted_elements"]
 
 
 def test_dtypes_survive_a_checkpoint():
@@ -185,3 +195,62 @@ def test_from_generator_closes_the_generator():
 def test_apply_must_return_a_dataset():
     with pytest.raises(TypeError, match="must return a Dataset"):
         Dataset.range(3).apply(lambda ds: list(ds))
+
+
+def _two(seed=None, **kw):
+    return Dataset.sample_from_datasets([Dataset.range(50), Dataset.range(100, 150)],
+                                        seed=seed, **kw)
+
+
+def test_sample_is_seeded_and_weighted():
+    a, b = outputs(_two(1)), outputs(_two(1))
+    assert a == b and sorted(a) == list(range(50)) + list(range(100, 150))
+    assert outputs(_two(2)) != a
+    ones = Dataset.sample_from_datasets([Dataset.range(1).repeat(), Dataset.range(1, 2).repeat()],
+                                        weights=[1.0, 3.0], seed=4).take(20000)
+    assert 0.73 < np.mean([int(x) for x in ones]) < 0.77
+    assert _two(1).cardinality() == UNKNOWN
+    assert Dataset.sample_from_datasets([Dataset.range(2).repeat(), Dataset.range(3)]
+                                        ).cardinality() == -1
+
+
+def test_sample_rerandomize_each_iteration():
+    fixed = _two(3)
+    assert outputs(fixed) == outputs(fixed)  # TF's default: the same picks every iteration
+    again = _two(3, rerandomize_each_iteration=True)
+    assert outputs(again) != outputs(again)
+    assert outputs(_two(3).repeat(2))[:100] == outputs(_two(3).repeat(2))[100:]
+
+
+def test_sample_unseeded_state_carries_its_seed():
+    ds = _two()
+    it = ds.iterator()
+    for _ in range(30):
+        next(it)
+    state = it.get_state()
+    rest = [int(x) for x in it]
+    with ds.iterator(state) as resumed:
+        assert [int(x) for x in resumed] == rest
+    with pytest.raises(ValueError, match="seed"):
+        _two().iterator(state)  # another unseeded dataset draws another sequence
+
+
+def test_sample_and_choose_errors():
+    with pytest.raises(ValueError, match="same length"):
+        Dataset.sample_from_datasets([Dataset.range(2), Dataset.range(2)], weights=[1.0])
+    with pytest.raises(ValueError, match=">= 0"):
+        Dataset.sample_from_datasets([Dataset.range(2), Dataset.range(2)], weights=[1.0, -1])
+    with pytest.raises(ValueError, match="should not be empty"):
+        Dataset.sample_from_datasets([])
+    with pytest.raises(SpecError, match="sample_from_datasets: the datasets have different"):
+        Dataset.sample_from_datasets([Dataset.range(2), Dataset.range(2, dtype=np.int32)])
+    with pytest.raises(TypeError, match="scalar int64"):
+        Dataset.choose_from_datasets([Dataset.range(2)], Dataset.range(2, dtype=np.int32))
+    with pytest.raises(TypeError, match="should be a Dataset"):
+        Dataset.choose_from_datasets([Dataset.range(2)], [0, 0])
+    bad = Dataset.choose_from_datasets([Dataset.range(2)], Dataset.from_tensor_slices(
+        np.array([0, 3], np.int64)))
+    with pytest.raises(ValueError, match="out of range: 3"):
+        outputs(bad)
+    single = Dataset.range(4)
+    assert Dataset.sample_from_datasets([single]) is single

@@ -81,6 +81,12 @@ def _pipelines(shards, tmp_path):
             lambda i: Dataset.from_generator(lambda i=int(i): iter(range(10 * i, 10 * i + 5 + i)),
                                              output_signature=tpudata.TensorSpec((), np.int64)),
             cycle_length=2, block_length=3),
+        "sample_files": lambda: Dataset.sample_from_datasets(
+            [TFRecordDataset(shards[:2]), TFRecordDataset(shards[2:]).shuffle(6, seed=1)],
+            weights=[0.3, 0.7], seed=2).parse(SPEC).batch(5),
+        "choose_files": lambda: Dataset.choose_from_datasets(
+            [TFRecordDataset(shards[0]), TFRecordDataset(shards[1], buffer_size=64)],
+            Dataset.range(100).map(lambda x: x % 3 // 2), stop_on_empty_dataset=False),
         "interleave_filter": lambda: Dataset.range(4).interleave(
             lambda i: Dataset.range(5).filter(lambda x: x != 2), cycle_length=2, block_length=3),
         "prefetch_map": lambda: Dataset.range(30).map(lambda x: x * x, num_parallel_calls=2)
@@ -118,7 +124,7 @@ MORE = [f"text_{c}_{b}" for c in ("plain", "GZIP", "ZLIB") for b in (5, 64)] + [
     "tfrecord_gzip", "tfrecord_zlib", "tfrecord_gzip_parallel", "nested_interleave", "flat_map",
     "parallel_map_batch", "text_map_shuffle", "cache_memory", "zip_text_fixed",
     "repeat_take_skip", "prefetch_map", "enumerate_shuffle", "concatenate_files",
-    "scan_parallel_map", "from_generator_interleave", "interleave_filter"]
+    "scan_parallel_map", "from_generator_interleave", "interleave_filter", "sample_files", "choose_files"]
 
 NAMES = MORE + ["range", "slices", "tfrecord", "parallel_reads", "interleave", "shard", "take_skip",
          "shuffle", "shuffle_unseeded", "shuffle_repeat", "map_filter", "zip", "batch",

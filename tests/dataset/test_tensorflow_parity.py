@@ -83,18 +83,26 @@ def _new_op_cases():
     import sys
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "data"))
-    from dataset_op_cases import CASES
+    from dataset_op_cases import CASES, SAMPLED
 
-    return CASES
+    return CASES, SAMPLED
 
 
-@pytest.mark.parametrize("name", sorted(_new_op_cases()))
+@pytest.mark.parametrize("name", sorted(_new_op_cases()[0]))
 def test_new_ops_like_tf(name):
-    """enumerate, concatenate, scan, from_generator, flat_map, apply against live tf.data (the
-    same pipelines the golden file dataset_ops.json was written from)."""
-    build = _new_op_cases()[name]
+    """enumerate, concatenate, scan, from_generator, flat_map, apply, choose_from_datasets
+    against live tf.data (the pipelines the golden file dataset_ops.json was written from)."""
+    build = _new_op_cases()[0][name]
     ours = outputs(build(Dataset, tpudata.TensorSpec, bytes))
     assert ours == tf_out(build(tf.data.Dataset, tf.TensorSpec, tf.string))
+
+
+@pytest.mark.parametrize("name", sorted(_new_op_cases()[1]))
+def test_sampled_elements_like_tf(name):
+    """sample_from_datasets: the same elements (TF's random picks are not reproduced)."""
+    build = _new_op_cases()[1][name]
+    ours = outputs(build(Dataset, tpudata.TensorSpec, bytes))
+    assert sorted(ours) == sorted(tf_out(build(tf.data.Dataset, tf.TensorSpec, tf.string)))
 
 
 def test_from_generator_takes_tf_specs():

@@ -154,6 +154,27 @@ class Dataset:
         return GeneratorDataset(generator, output_types, output_shapes, args, output_signature)
 
     @staticmethod
+    def choose_from_datasets(datasets, choice_dataset: "Dataset",
+                             stop_on_empty_dataset: bool = True) -> "Dataset":
+        """The next element comes from ``datasets[i]`` for each ``i`` of ``choice_dataset``
+        (scalar int64); ends with the choices, or at an exhausted dataset (TF's default)."""
+        from tpudata.dataset.directed import choose_from_datasets
+
+        return choose_from_datasets(datasets, choice_dataset, stop_on_empty_dataset)
+
+    @staticmethod
+    def sample_from_datasets(datasets, weights=None, seed: int | None = None,
+                             stop_on_empty_dataset: bool = False,
+                             rerandomize_each_iteration: bool | None = None) -> "Dataset":
+        """Each element from a dataset picked at random with ``weights`` (uniform by default),
+        seeded; by default (as in TF) runs until every dataset is exhausted. The picks come from
+        numpy's generator, not TF's, so a seed gives a different (equally random) order."""
+        from tpudata.dataset.directed import sample_from_datasets
+
+        return sample_from_datasets(datasets, weights, seed, stop_on_empty_dataset,
+                                    rerandomize_each_iteration)
+
+    @staticmethod
     def zip(datasets) -> "Dataset":
         """Elements are tuples (or dicts) of the datasets' elements, until the shortest ends."""
         from tpudata.dataset.zip import ZipDataset

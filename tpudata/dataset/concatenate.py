@@ -18,20 +18,20 @@ from tpudata.dataset.nest import flatten, unflatten
 from tpudata.errors import SpecError
 
 
-def _merge_specs(a, b):
+def _merge_specs(a, b, op: str = "concatenate"):
     """The most specific spec compatible with ``a`` and ``b``; raises when they cannot agree."""
     ta, la = flatten(a)
     tb, lb = flatten(b)
     if ta != tb:
-        raise SpecError(f"concatenate: the datasets have different structures ({ta} and {tb}); "
+        raise SpecError(f"{op}: the datasets have different structures ({ta} and {tb}); "
                         "map one of them to the other's structure first")
     merged = []
     for x, y in zip(la, lb):
         if x.dtype != y.dtype:
-            raise SpecError(f"concatenate: the datasets have different dtypes ({x.dtype} and "
+            raise SpecError(f"{op}: the datasets have different dtypes ({x.dtype} and "
                             f"{y.dtype}); cast one of them with map() first")
         if len(x.shape) != len(y.shape):
-            raise SpecError(f"concatenate: the datasets' elements have different ranks "
+            raise SpecError(f"{op}: the datasets' elements have different ranks "
                             f"({x.shape} and {y.shape}); reshape one of them with map() first")
         shape = tuple(d if d == e else None for d, e in zip(x.shape, y.shape))
         merged.append(type(x)(shape, x.dtype))
