@@ -65,6 +65,18 @@ CASES = {
         [D.range(3), D.range(10, 14), D.range(20, 22)], weights=[0.0, 2.0, 0.0], seed=3),
     "sample_zero_weights": lambda D, S, STR: D.sample_from_datasets(
         [D.range(3), D.range(10, 14)], weights=[0.0, 0.0], seed=3),
+    "window_batch": lambda D, S, STR: D.range(7).window(3).flat_map(lambda w: w.batch(3)),
+    "window_shift": lambda D, S, STR: D.range(7).window(3, shift=1).flat_map(lambda w: w.batch(3)),
+    "window_stride_gap": lambda D, S, STR: D.range(13).window(3, shift=5, stride=2).flat_map(
+        lambda w: w.batch(3)),
+    "window_drop": lambda D, S, STR: D.range(11).window(4, shift=3, drop_remainder=True)
+    .flat_map(lambda w: w.batch(4, drop_remainder=True)),
+    "window_flat": lambda D, S, STR: D.range(9).window(2, shift=3, stride=2).flat_map(lambda w: w),
+    "window_dict": lambda D, S, STR: D.from_tensor_slices(
+        {"a": np.arange(5), "s": np.array([b"x", b"yy", b"z", b"w", b"v"])}).window(2, 1)
+    .flat_map(lambda w: D.zip(w).batch(2)),
+    "window_tuple": lambda D, S, STR: D.range(8).map(lambda x: (x, x * 2)).window(3, 2)
+    .flat_map(lambda a, b: D.zip((a.batch(3), b.batch(3)))),
 }
 
 # random picks: tf.data's Philox draws are not reproduced, so these are compared as multisets

@@ -41,6 +41,7 @@ def main() -> None:
         ds = build(tf.data.Dataset, tf.TensorSpec, tf.string)
         out["orders"][name] = {
             "elements": [plain(e) for e in ds.as_numpy_iterator()],
+            "cardinality": int(ds.cardinality()),
             "spec": [[s.shape.as_list(), s.dtype.name]
                      for s in tf.nest.flatten(ds.element_spec)],
         }

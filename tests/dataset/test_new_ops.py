@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tpudata.dataset import UNKNOWN, Dataset, TensorSpec
+from tpudata.dataset.spec import DatasetSpec
 from tpudata.dataset.nest import flatten
 from tpudata.errors import SpecError
 from tests.dataset.helpers import check_restore_everywhere, outputs
@@ -52,6 +53,7 @@ def test_order_and_spec_like_tf_data(name):
     ds = _build(name)
     assert _text(outputs(ds)) == GOLDEN[name]["elements"]
     assert _spec(ds) == GOLDEN[name]["spec"]
+    assert ds.cardinality() == GOLDEN[name]["cardinality"]
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLED))
@@ -254,3 +256,27 @@ def test_sample_and_choose_errors():
         outputs(bad)
     single = Dataset.range(4)
     assert Dataset.sample_from_datasets([single]) is single
+
+
+def test_window_spec_and_cardinality_like_tf():
+    ds = Dataset.from_tensor_slices({"a": np.arange(5), "b": np.arange(5.0)}).window(2)
+    assert ds.element_spec == {"a": DatasetSpec(TensorSpec((), np.dtype(np.int64))),
+                               "b": DatasetSpec(TensorSpec((), np.dtype(np.float64)))}
+    # TF's WindowDatasetOp::CardinalityInternal
+    assert Dataset.range(11).window(4, shift=3, drop_remainder=True).cardinality() == 3
+    assert Dataset.range(11).window(4, shift=3).cardinality() == 4
+    assert Dataset.range(3).window(2, stride=3, drop_remainder=True).cardinality() == 0
+    assert Dataset.range(3).repeat().window(2).cardinality() == -1
+    windows = list(Dataset.range(5).window(2))
+    assert [[int(x) for x in w] for w in windows] == [[0, 1], [2, 3], [4]]
+    with pytest.raises(ValueError, match="size must be a positive integer"):
+        Dataset.range(3).window(0)
+    with pytest.raises(ValueError, match="shift must be a positive integer"):
+        Dataset.range(3).window(2, shift=-1)
+
+
+def test_window_state_reads_the_buffer_again_instead_of_carrying_it():
+    it = Dataset.range(100).window(40, shift=1).iterator()
+    next(it)
+    state = json.dumps(it.get_state())
+    assert len(state) < 300  # the 39 buffered elements are not in the state

@@ -87,6 +87,8 @@ def _pipelines(shards, tmp_path):
         "choose_files": lambda: Dataset.choose_from_datasets(
             [TFRecordDataset(shards[0]), TFRecordDataset(shards[1], buffer_size=64)],
             Dataset.range(100).map(lambda x: x % 3 // 2), stop_on_empty_dataset=False),
+        "window_files": lambda: TFRecordDataset(shards, num_parallel_reads=2).window(5, 3)
+        .flat_map(lambda w: w.batch(5)).parse(SPEC),
         "interleave_filter": lambda: Dataset.range(4).interleave(
             lambda i: Dataset.range(5).filter(lambda x: x != 2), cycle_length=2, block_length=3),
         "prefetch_map": lambda: Dataset.range(30).map(lambda x: x * x, num_parallel_calls=2)
@@ -124,7 +126,8 @@ MORE = [f"text_{c}_{b}" for c in ("plain", "GZIP", "ZLIB") for b in (5, 64)] + [
     "tfrecord_gzip", "tfrecord_zlib", "tfrecord_gzip_parallel", "nested_interleave", "flat_map",
     "parallel_map_batch", "text_map_shuffle", "cache_memory", "zip_text_fixed",
     "repeat_take_skip", "prefetch_map", "enumerate_shuffle", "concatenate_files",
-    "scan_parallel_map", "from_generator_interleave", "interleave_filter", "sample_files", "choose_files"]
+    "scan_parallel_map", "from_generator_interleave", "interleave_filter", "sample_files", "choose_files",
+    "window_files"]
 
 NAMES = MORE + ["range", "slices", "tfrecord", "parallel_reads", "interleave", "shard", "take_skip",
          "shuffle", "shuffle_unseeded", "shuffle_repeat", "map_filter", "zip", "batch",

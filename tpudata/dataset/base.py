@@ -320,6 +320,15 @@ class Dataset:
                             f"{type(out).__name__}")
         return out
 
+    def window(self, size: int, shift: int | None = None, stride: int = 1,
+               drop_remainder: bool = False) -> "Dataset":
+        """Windows of ``size`` elements, each a Dataset (a structure of them for structured
+        elements), starting every ``shift`` (default ``size``) elements, taking every
+        ``stride``-th; use ``flat_map`` to turn them back into elements or batches."""
+        from tpudata.dataset.window import WindowDataset
+
+        return WindowDataset(self, size, shift, stride, drop_remainder)
+
     def enumerate(self, start: int = 0) -> "Dataset":
         """``(index, element)`` pairs; the index is int64 and counts from ``start``."""
         from tpudata.dataset.enumerate import EnumerateDataset

@@ -45,6 +45,16 @@ class VarLenSpec(TensorSpec):
 BYTES = np.dtype(object)
 
 
+@dataclass(frozen=True)
+class DatasetSpec:
+    """An element that is itself a Dataset (``window``'s), with that dataset's element spec."""
+
+    element_spec: object
+
+    def __repr__(self) -> str:
+        return f"DatasetSpec({self.element_spec!r})"
+
+
 def _batched(spec, dim):
     if isinstance(spec, VarLenSpec):
         return VarLenSpec((dim,) + spec.shape, spec.dtype)
@@ -87,6 +97,18 @@ def element_spec_of(ds):
 
 def _dummy(spec, fill: int):
     """A value matching ``spec``: zeros (or ``fill``), unknown dimensions ``fill + 1`` long."""
+    if isinstance(spec, DatasetSpec):  # a dataset of fill + 1 dummy elements
+        from tpudata.dataset.sources import TensorSlicesDataset
+
+        tree, leaves = flatten(spec.element_spec)
+        cols = []
+        for leaf in leaves:
+            one = _dummy(leaf, fill)
+            col = np.empty(fill + 1, dtype=object) if leaf.dtype == BYTES else None
+            if col is not None:
+                col[:] = [one] * (fill + 1)
+            cols.append(col if col is not None else np.stack([np.asarray(one)] * (fill + 1)))
+        return TensorSlicesDataset(unflatten(tree, cols))
     if isinstance(spec, VarLenSpec):
         return VarLenValues(np.full(fill, fill, dtype=spec.dtype), np.array([0, fill], np.int64))
     shape = tuple(fill + 1 if d is None else d for d in spec.shape)

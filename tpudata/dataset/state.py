@@ -45,6 +45,10 @@ def from_jsonable(obj: Any) -> Any:
             return out.reshape(tuple(obj["shape"]))
         if "__bytes__" in obj:
             return base64.b64decode(obj["__bytes__"])
+        if "__window__" in obj:  # a window (a Dataset element) carried by a checkpoint
+            from tpudata.dataset.window import window_from_jsonable
+
+            return window_from_jsonable(from_jsonable(obj["__window__"]))
         return {k: from_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, list):
         return [from_jsonable(v) for v in obj]
