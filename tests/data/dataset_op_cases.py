@@ -23,6 +23,17 @@ def _gen_args(n, base):
         yield int(base) + i
 
 
+def _gen_sequences():
+    for i in range(1, 16):
+        n = (i * 5) % 7
+        yield n, np.arange(n, dtype=np.int64) + i
+
+
+def _sequences(D, S):
+    return D.from_generator(_gen_sequences, output_signature=(S((), np.int32),
+                                                              S((None,), np.int64)))
+
+
 CASES = {
     "enumerate": lambda D, S, STR: D.range(10, 15).enumerate(),
     "enumerate_start": lambda D, S, STR: D.range(4).enumerate(start=7),
@@ -77,6 +88,24 @@ CASES = {
     .flat_map(lambda w: D.zip(w).batch(2)),
     "window_tuple": lambda D, S, STR: D.range(8).map(lambda x: (x, x * 2)).window(3, 2)
     .flat_map(lambda a, b: D.zip((a.batch(3), b.batch(3)))),
+    "group_by_window": lambda D, S, STR: D.range(10).group_by_window(
+        lambda x: x % 2, lambda k, w: w.batch(3), 3),
+    "group_by_window_sizes": lambda D, S, STR: D.range(23).map(lambda x: (x, x * 10))
+    .group_by_window(lambda x, y: x % 3, lambda k, w: w.batch(10).map(lambda a, b: (a, b + k)),
+                     window_size_func=lambda k: k + 2),
+    "group_by_window_flat": lambda D, S, STR: D.range(17).group_by_window(
+        lambda x: (x * 7) % 4, lambda k, w: w.skip(1), 3),
+    "bucket": lambda D, S, STR: _sequences(D, S).bucket_by_sequence_length(
+        lambda n, s: n, [2, 4], [2, 3, 2]),
+    "bucket_drop": lambda D, S, STR: _sequences(D, S).bucket_by_sequence_length(
+        lambda n, s: n, [1, 3], [2, 4, 3], drop_remainder=True),
+    "bucket_to_boundary": lambda D, S, STR: _sequences(D, S).bucket_by_sequence_length(
+        lambda n, s: n, [3, 8], [2, 3, 2], padding_values=(np.int32(0), np.int64(-1)),
+        pad_to_bucket_boundary=True),
+    "bucket_no_padding": lambda D, S, STR: _sequences(D, S).map(lambda n, s: n)
+    .bucket_by_sequence_length(lambda n: n, [3], [3, 2], no_padding=True),
+    "padded_batch_spec": lambda D, S, STR: _sequences(D, S).padded_batch(
+        4, padded_shapes=([], [8]), drop_remainder=True),
 }
 
 # random picks: tf.data's Philox draws are not reproduced, so these are compared as multisets

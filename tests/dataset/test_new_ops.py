@@ -280,3 +280,24 @@ def test_window_state_reads_the_buffer_again_instead_of_carrying_it():
     next(it)
     state = json.dumps(it.get_state())
     assert len(state) < 300  # the 39 buffered elements are not in the state
+
+
+def test_group_by_window_errors():
+    with pytest.raises(ValueError, match="exactly one of"):
+        Dataset.range(3).group_by_window(lambda x: x, lambda k, w: w)
+    with pytest.raises(TypeError, match="scalar integer"):
+        outputs(Dataset.range(3).group_by_window(lambda x: 0.5, lambda k, w: w, 2))
+    with pytest.raises(ValueError, match="greater than zero"):
+        outputs(Dataset.range(3).group_by_window(lambda x: x, lambda k, w: w,
+                                                 window_size_func=lambda k: k - 1))
+    with pytest.raises(TypeError, match="must return a Dataset"):
+        outputs(Dataset.range(3).group_by_window(lambda x: x, lambda k, w: 1, 1))
+
+
+def test_bucket_errors_like_tf():
+    with pytest.raises(ValueError, match="len\\(bucket_boundaries\\) \\+ 1"):
+        Dataset.range(3).bucket_by_sequence_length(lambda x: x, [1, 2], [1, 2])
+    seqs = Dataset.range(1, 6).map(lambda x: np.arange(int(x)))
+    with pytest.raises(ValueError, match="< max\\(bucket_boundaries\\)"):
+        outputs(seqs.bucket_by_sequence_length(lambda s: len(s), [3], [2, 2],
+                                               pad_to_bucket_boundary=True))

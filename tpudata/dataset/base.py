@@ -329,6 +329,27 @@ class Dataset:
 
         return WindowDataset(self, size, shift, stride, drop_remainder)
 
+    def group_by_window(self, key_func: Callable, reduce_func: Callable,
+                        window_size: int | None = None,
+                        window_size_func: Callable | None = None) -> "Dataset":
+        """Group elements by ``key_func(element)`` (a scalar integer); each full group (or, at
+        the end, each remaining group in key order) becomes ``reduce_func(key, window)``."""
+        from tpudata.dataset.grouping import GroupByWindowDataset
+
+        return GroupByWindowDataset(self, key_func, reduce_func, window_size, window_size_func)
+
+    def bucket_by_sequence_length(self, element_length_func: Callable, bucket_boundaries,
+                                  bucket_batch_sizes, padded_shapes=None, padding_values=None,
+                                  pad_to_bucket_boundary: bool = False, no_padding: bool = False,
+                                  drop_remainder: bool = False) -> "Dataset":
+        """Batch elements of similar length together: bucket ``k`` holds lengths in
+        ``[boundaries[k-1], boundaries[k])`` and is padded-batched by ``bucket_batch_sizes[k]``."""
+        from tpudata.dataset.grouping import bucket_by_sequence_length
+
+        return bucket_by_sequence_length(self, element_length_func, bucket_boundaries,
+                                         bucket_batch_sizes, padded_shapes, padding_values,
+                                         pad_to_bucket_boundary, no_padding, drop_remainder)
+
     def enumerate(self, start: int = 0) -> "Dataset":
         """``(index, element)`` pairs; the index is int64 and counts from ``start``."""
         from tpudata.dataset.enumerate import EnumerateDataset

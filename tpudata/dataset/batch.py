@@ -216,6 +216,32 @@ class PaddedBatchDataset(Dataset):
     def _make_iterator(self, ctx):
         return _PaddedBatchIterator(self, self.input._make_iterator(ctx))
 
+    def _spec(self):
+        """TF's: the padded shapes (or the input's, unknown dimensions staying unknown)."""
+        from tpudata.dataset.spec import TensorSpec, VarLenSpec, _static
+
+        inner = _static(self.input)
+        if inner is None:
+            return None
+        tree, leaves = flatten(inner)
+        if any(isinstance(x, VarLenSpec) for x in leaves):
+            return None
+        shapes = [None] * len(leaves)
+        if self.padded_shapes is not None:
+            shapes = flatten(self.padded_shapes)[1] if tree.kind != "leaf" else [self.padded_shapes]
+        dim = self.batch_size if self.drop_remainder else None
+        out = []
+        for spec, shape in zip(leaves, shapes):
+            if shape is None:
+                dims = list(spec.shape)
+            else:
+                shape = [shape] if isinstance(shape, (int, np.integer)) else list(shape)
+                if len(shape) != len(spec.shape):
+                    return None  # the iterator explains the mismatch
+                dims = [None if d is None or int(d) == -1 else int(d) for d in shape]
+            out.append(TensorSpec((dim, *dims), spec.dtype))
+        return unflatten(tree, out)
+
     def cardinality(self):
         c = self.input.cardinality()
         if c < 0:
