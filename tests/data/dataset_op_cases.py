@@ -106,6 +106,11 @@ CASES = {
     .bucket_by_sequence_length(lambda n: n, [3], [3, 2], no_padding=True),
     "padded_batch_spec": lambda D, S, STR: _sequences(D, S).padded_batch(
         4, padded_shapes=([], [8]), drop_remainder=True),
+    "rebatch": lambda D, S, STR: D.range(10).batch(4).rebatch(3),
+    "rebatch_sizes": lambda D, S, STR: D.range(13).batch(4).rebatch([2, 3, 1]),
+    "rebatch_drop_dict": lambda D, S, STR: D.from_tensor_slices(
+        {"a": np.arange(11), "b": np.arange(22).reshape(11, 2)}).batch(3).rebatch(
+        4, drop_remainder=True),
 }
 
 # random picks: tf.data's Philox draws are not reproduced, so these are compared as multisets

@@ -301,3 +301,12 @@ def test_bucket_errors_like_tf():
     with pytest.raises(ValueError, match="< max\\(bucket_boundaries\\)"):
         outputs(seqs.bucket_by_sequence_length(lambda s: len(s), [3], [2, 2],
                                                pad_to_bucket_boundary=True))
+
+
+def test_rebatch_refuses_scalars_and_bad_sizes():
+    with pytest.raises(ValueError, match="rank >= 1"):
+        Dataset.range(4).rebatch(2)
+    with pytest.raises(ValueError, match="positive integer"):
+        Dataset.range(4).batch(2).rebatch([2, 0])
+    assert Dataset.range(9).batch(2).rebatch([3, 3], drop_remainder=True).element_spec == \
+        TensorSpec((3,), np.dtype(np.int64))

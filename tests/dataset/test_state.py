@@ -94,6 +94,7 @@ def _pipelines(shards, tmp_path):
         "bucket": lambda: Dataset.range(1, 40).map(lambda x: np.arange(x % 9)).bucket_by_sequence_length(
             lambda s: len(s), [2, 9], [3, 2, 4], pad_to_bucket_boundary=True,
             padded_shapes=[None]),
+        "rebatch_files": lambda: TFRecordDataset(shards).parse(SPEC).batch(7).rebatch([3, 5]),
         "interleave_filter": lambda: Dataset.range(4).interleave(
             lambda i: Dataset.range(5).filter(lambda x: x != 2), cycle_length=2, block_length=3),
         "prefetch_map": lambda: Dataset.range(30).map(lambda x: x * x, num_parallel_calls=2)
@@ -132,7 +133,7 @@ MORE = [f"text_{c}_{b}" for c in ("plain", "GZIP", "ZLIB") for b in (5, 64)] + [
     "parallel_map_batch", "text_map_shuffle", "cache_memory", "zip_text_fixed",
     "repeat_take_skip", "prefetch_map", "enumerate_shuffle", "concatenate_files",
     "scan_parallel_map", "from_generator_interleave", "interleave_filter", "sample_files", "choose_files",
-    "window_files", "group_files", "bucket"]
+    "window_files", "group_files", "bucket", "rebatch_files"]
 
 NAMES = MORE + ["range", "slices", "tfrecord", "parallel_reads", "interleave", "shard", "take_skip",
          "shuffle", "shuffle_unseeded", "shuffle_repeat", "map_filter", "zip", "batch",

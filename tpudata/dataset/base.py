@@ -350,6 +350,13 @@ class Dataset:
                                          bucket_batch_sizes, padded_shapes, padding_values,
                                          pad_to_bucket_boundary, no_padding, drop_remainder)
 
+    def rebatch(self, batch_size, drop_remainder: bool = False) -> "Dataset":
+        """The rows of batched elements in batches of ``batch_size`` (or of a list of sizes,
+        used in turn): ``unbatch().batch(batch_size)`` in one op."""
+        from tpudata.dataset.rebatch import RebatchDataset
+
+        return RebatchDataset(self, batch_size, drop_remainder)
+
     def enumerate(self, start: int = 0) -> "Dataset":
         """``(index, element)`` pairs; the index is int64 and counts from ``start``."""
         from tpudata.dataset.enumerate import EnumerateDataset
