@@ -55,7 +55,7 @@ def make_files(directory: str, n: int) -> str:
 
 def files_pipeline(pattern: str):
     spec = bench_read.spec_of("A")
-    return (Dataset.list_files(pattern)
+    return (Dataset.list_files(pattern, shuffle=False)
             .interleave(lambda f: TFRecordDataset(f), cycle_length=4, num_parallel_calls=AUTOTUNE)
             .batch(128, drop_remainder=True).parse(spec).prefetch(2))
 

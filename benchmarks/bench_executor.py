@@ -48,7 +48,7 @@ def make_shards(directory: str, records: int) -> str:
 
 def input_fn_for(pattern: str):
     def input_fn(params):
-        return (Dataset.list_files(pattern)
+        return (Dataset.list_files(pattern, shuffle=False)
                 .interleave(lambda f: TFRecordDataset(f), cycle_length=4, num_parallel_calls=4)
                 .repeat().shuffle(4096, seed=0).parse(SPEC)
                 .batch(params["batch_size"], drop_remainder=True).map(tpu.make_tpu_ready)

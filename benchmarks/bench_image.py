@@ -74,7 +74,7 @@ def make_shards(directory: str, n: int) -> str:
 
 
 def _source(pattern: str):
-    return (Dataset.list_files(pattern)
+    return (Dataset.list_files(pattern, shuffle=False)
             .interleave(lambda f: TFRecordDataset(f), cycle_length=SHARDS, num_parallel_calls=2)
             .shuffle(1024, seed=0)
             .parse(SPEC))

@@ -50,7 +50,7 @@ def make_shards(directory: str, workload: str) -> str:
 def tpudata_pipeline(pattern: str, workload: str):
     spec = bench_read.spec_of(workload)
     batch = bench_read.WORKLOADS[workload]["batch"]
-    return (Dataset.list_files(pattern)
+    return (Dataset.list_files(pattern, shuffle=False)
             .interleave(lambda f: TFRecordDataset(f), cycle_length=4, num_parallel_calls=4)
             .shuffle(SHUFFLE, seed=0)
             .parse(spec)

@@ -126,7 +126,7 @@ def main(argv=None) -> int:
                 "image/class/label": FixedLenFeature([], np.int64)}
 
         def train_input_fn(params):
-            files = Dataset.list_files("gs://demo/imagenet/train-*")
+            files = Dataset.list_files("gs://demo/imagenet/train-*", shuffle=False)
             return (files.interleave(lambda f: TFRecordDataset(f), cycle_length=4, num_parallel_calls=4)
                     .repeat().shuffle(512, seed=0).parse(spec)
                     .batch(params["batch_size"], drop_remainder=True)
@@ -134,7 +134,7 @@ def main(argv=None) -> int:
                     .prefetch(8))
 
         def eval_input_fn(params):
-            files = Dataset.list_files("gs://demo/imagenet/validation-*")
+            files = Dataset.list_files("gs://demo/imagenet/validation-*", shuffle=False)
             return (TFRecordDataset(files).parse(spec)
                     .batch(params["batch_size"], pad_remainder=True).map(decode))
 

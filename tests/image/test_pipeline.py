@@ -29,7 +29,7 @@ def _batch_pipeline(pattern):
         x = ti.resnet_preprocess_batch(f["image/encoded"], True, 16, seed=(7, int(step)))
         return x, f["image/class/label"]
 
-    src = Dataset.list_files(pattern).interleave(lambda p: TFRecordDataset(p), cycle_length=2)
+    src = Dataset.list_files(pattern, shuffle=False).interleave(lambda p: TFRecordDataset(p), cycle_length=2)
     src = src.shuffle(8, seed=1).parse(SPEC).batch(4, drop_remainder=True)
     return Dataset.zip((src, Dataset.range(1 << 40))).map(prep).prefetch(2)
 
@@ -38,7 +38,7 @@ def _element_pipeline(pattern):
     def prep(f, i):
         return ti.resnet_preprocess(f["image/encoded"], True, 16, seed=(7, int(i))), f["image/class/label"]
 
-    src = Dataset.list_files(pattern).interleave(lambda p: TFRecordDataset(p), cycle_length=2)
+    src = Dataset.list_files(pattern, shuffle=False).interleave(lambda p: TFRecordDataset(p), cycle_length=2)
     src = src.shuffle(8, seed=1).parse(SPEC)
     return Dataset.zip((src, Dataset.range(1 << 40))).map(prep, num_parallel_calls=2).batch(4, drop_remainder=True)
 

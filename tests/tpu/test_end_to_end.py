@@ -40,14 +40,14 @@ def digits_on_gcs(fake_gcs_server, tmp_path):  # noqa: F811
 
 def train_input_fn(params):
     ctx = params["context"]
-    files = Dataset.list_files(f"{BUCKET}/data/train-*").shard(ctx.num_hosts, ctx.current_host)
+    files = Dataset.list_files(f"{BUCKET}/data/train-*", shuffle=False).shard(ctx.num_hosts, ctx.current_host)
     return (files.interleave(lambda f: TFRecordDataset(f), cycle_length=4, num_parallel_calls=4)
             .repeat().shuffle(2000, seed=0).parse(SPEC)
             .batch(params["batch_size"], drop_remainder=True).map(tpu.make_tpu_ready).prefetch(4))
 
 
 def eval_input_fn(params):
-    return (TFRecordDataset(Dataset.list_files(f"{BUCKET}/data/test-*")).parse(SPEC)
+    return (TFRecordDataset(Dataset.list_files(f"{BUCKET}/data/test-*", shuffle=False)).parse(SPEC)
             .batch(params["batch_size"], pad_remainder=True).map(tpu.make_tpu_ready))
 
 

@@ -35,7 +35,7 @@ def shards(fake_gcs_server):  # noqa: F811
 
 def input_fn(params):
     ctx = params["context"]
-    files = Dataset.list_files(f"{BUCKET}/data/train-*").shard(ctx.num_hosts, ctx.current_host)
+    files = Dataset.list_files(f"{BUCKET}/data/train-*", shuffle=False).shard(ctx.num_hosts, ctx.current_host)
     return (files.interleave(lambda f: TFRecordDataset(f), cycle_length=3, num_parallel_calls=3)
             .repeat().shuffle(150, seed=7).parse(SPEC)
             .batch(params["batch_size"], drop_remainder=True).map(tpu.make_tpu_ready).prefetch(4))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import re
 import threading
 from typing import Callable
 
@@ -74,6 +75,44 @@ class Dataset:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
+    def __repr__(self) -> str:
+        """The pipeline, source first: ``<Dataset range(n=10) -> shuffle(buffer_size=4, seed=1)>``.
+
+        Built from the ops' arguments only: it never runs the pipeline or user functions."""
+        parts = []
+        ds = self
+        while isinstance(ds, Dataset) and len(parts) < 64:
+            parts.append(ds._describe())
+            ds = ds.__dict__.get("input")
+        return "<Dataset " + " -> ".join(reversed(parts)) + ">"
+
+    _REPR_FIELDS = ("n", "count", "batch_size", "sizes", "drop_remainder", "buffer_size", "seed",
+                    "num_shards", "index", "cycle_length", "block_length", "size", "shift",
+                    "stride", "start", "workers", "deterministic")
+
+    def _describe(self) -> str:
+        """This op, as ``name(arg=value, ...)`` (for ``repr``)."""
+        name = self.__dict__.get("name")
+        if isinstance(name, str) and "(" in name:  # map(fn), filter(fn), scan(fn), ...
+            return name
+        op = type(self).__name__.lstrip("_")
+        op = op[:-len("Dataset")] if op.endswith("Dataset") and op != "Dataset" else op
+        op = re.sub(r"(?<!^)(?=[A-Z][a-z])", "_", op).lower()  # TFRecordFiles: tf_record_files
+        args = []
+        files = self.__dict__.get("files")
+        if files is not None:
+            args.append(f"{len(files)} files")
+        nested = self.__dict__.get("datasets")
+        if nested is not None:
+            args.append(f"{len(nested)} datasets")
+        for key in self._REPR_FIELDS:
+            if key in self.__dict__ and not (key == "n" and files is not None):
+                value = self.__dict__[key]
+                if isinstance(value, (bool, int, float, str, list, tuple, type(None))) or \
+                        isinstance(value, np.generic):
+                    args.append(f"{key}={value!r}")
+        return f"{op}({', '.join(args)})"
+
     # -- running ---------------------------------------------------------------------------------
     def _make_iterator(self, ctx: IterContext) -> BlockIterator:
         raise NotImplementedError
@@ -133,9 +172,11 @@ class Dataset:
         return RangeDataset(*args, dtype=dtype)
 
     @staticmethod
-    def list_files(pattern, shuffle: bool = False, seed: int | None = None,
+    def list_files(pattern, shuffle: bool | None = None, seed: int | None = None,
                    storage_options: dict | None = None, **unknown):
-        """Files matching ``pattern`` (a glob or list of globs), sorted like TF's MatchingFiles."""
+        """Files matching ``pattern`` (a glob or list of globs). As in TF they are shuffled
+        unless ``shuffle=False`` (then sorted like TF's MatchingFiles); give ``seed`` when
+        several hosts ``shard()`` the list, so that they agree on the order."""
         from tpudata.dataset.sources import list_files
 
         return list_files(pattern, shuffle, seed, storage_options, **unknown)

@@ -62,11 +62,48 @@ class InterleaveDataset(Dataset):
     def _make_iterator(self, ctx):
         return _InterleaveIterator(self, ctx)
 
+    def cardinality(self) -> int:
+        """Over a known file list (``list_files``, maybe sharded): the sum of the datasets'
+        cardinalities, e.g. exact record counts from shard manifests; else UNKNOWN (tf.data
+        always says UNKNOWN here). Calls the function once per file (it should only build a
+        reader, as ``lambda f: TFRecordDataset(f)`` does)."""
+        from tpudata.dataset.base import INFINITE, UNKNOWN
+
+        names = _known_files(self.input)
+        if names is None:
+            return UNKNOWN
+        total = 0
+        for name in names:
+            try:
+                sub = self.fn(name.encode("utf-8"))
+            except Exception:  # a function that needs more than a file name
+                return UNKNOWN
+            c = sub.cardinality() if isinstance(sub, Dataset) else UNKNOWN
+            if c < 0:
+                return INFINITE if c == INFINITE else UNKNOWN
+            total += c
+        return total
+
     def _spec(self):
         """Traced: the function is called on dummy elements and its dataset's spec read."""
         from tpudata.dataset.spec import traced_spec
 
         return traced_spec(self.fn, self.input, "interleave", returns_dataset=True)
+
+
+def _known_files(ds) -> list[str] | None:
+    """The file names a file-list dataset yields (in some order), or None when unknown."""
+    from tpudata.dataset.shard import ShardDataset
+    from tpudata.dataset.sources import FileListDataset
+
+    if isinstance(ds, FileListDataset):
+        return list(ds.files)
+    if isinstance(ds, ShardDataset) and isinstance(ds.input, FileListDataset):
+        return list(ds.input.files)[ds.index::ds.num_shards]
+    files = getattr(ds, "files", None)  # a shuffled list: the same files in another order
+    if files is not None and getattr(ds, "unseeded_file_shuffle", None) is not None:
+        return list(files)
+    return None
 
 
 class _Slot:

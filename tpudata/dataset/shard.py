@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 
 import numpy as np
 
@@ -25,6 +26,12 @@ class ShardDataset(_Unary):
         if num_shards < 1 or not 0 <= index < num_shards:
             raise ValueError(f"shard index must be in [0, {num_shards}), got {index}")
         self.num_shards, self.index = num_shards, index
+        if getattr(input_ds, "unseeded_file_shuffle", False):
+            warnings.warn(
+                f"shard({num_shards}, {index}) after list_files() that shuffles without a seed: "
+                "every process shuffles the files differently, so hosts read overlapping files "
+                "and miss others (tf.data's pitfall too). Pass list_files(..., seed=S) with the "
+                "same S on every host, or shuffle=False", UserWarning, stacklevel=3)
         files = getattr(input_ds, "files", None)
         if files is not None:
             mine = len(range(index, len(files), num_shards))

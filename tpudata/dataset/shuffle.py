@@ -17,6 +17,7 @@ again (random access); otherwise the state carries the elements themselves, as t
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
 import pickle
 import secrets
 import struct
@@ -44,8 +45,17 @@ class ShuffleDataset(Dataset):
         self.buffer_size = int(buffer_size)
         self.seed = seed
         self.reshuffle_each_iteration = reshuffle_each_iteration
-        # seed=None: random, but fixed for this dataset (and recorded in iterator state)
+        # seed=None: random, but fixed for this dataset in this process (and recorded in
+        # iterator state); a forked or spawned worker draws its own (see process_seed)
         self._seed = int(seed) if seed is not None else secrets.randbits(63)
+        self._pid = os.getpid()
+
+    def process_seed(self) -> int:
+        """The seed: ``seed``, or for an unseeded shuffle one drawn in this process, so that
+        workers forked (or spawned) with a copy of the dataset do not all shuffle alike."""
+        if self.seed is None and self._pid != os.getpid():
+            self._seed, self._pid = secrets.randbits(63), os.getpid()
+        return self._seed
 
     def _make_iterator(self, ctx):
         return _ShuffleIterator(self, ctx)
@@ -206,7 +216,7 @@ class _ShuffleIterator(BlockIterator):
     def __init__(self, ds: ShuffleDataset, ctx):
         self.ds = ds
         self.size = ds.buffer_size
-        self.seed = ds._seed
+        self.seed = ds.process_seed()
         self.path = ctx.path if ds.reshuffle_each_iteration else ()
         self.input_it = ds.input._make_iterator(ctx.with_origins())
         self.cursor = Cursor(self.input_it)

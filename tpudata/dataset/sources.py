@@ -136,18 +136,29 @@ def _storage(op: str, storage_options, legacy: dict, valid) -> dict:
     return dict(storage_options or {})
 
 
-def list_files(pattern, shuffle: bool = False, seed: int | None = None,
+def list_files(pattern, shuffle: bool | None = None, seed: int | None = None,
                storage_options: dict | None = None, **unknown) -> Dataset:
-    """Files matching a glob (or list of globs), sorted; ``shuffle`` shuffles them each epoch."""
+    """Files matching a glob (or list of globs). As in TF, ``shuffle=None`` means True: the
+    names are shuffled (seeded by ``seed``), again each epoch; ``shuffle=False`` keeps them
+    sorted. Without a seed every process draws its own order, so ``.shard()`` after an
+    unseeded shuffle gives hosts overlapping files: that combination warns."""
     storage_options = _storage("list_files", storage_options, unknown,
                                ("pattern", "shuffle", "seed", "storage_options"))
     patterns = [pattern] if isinstance(pattern, (str, os.PathLike)) else list(pattern)
     files: list[str] = []
     for p in patterns:
         files += storage.expand(os.fspath(p), **storage_options)
-    ds: Dataset = FileListDataset(sorted(files))
-    if shuffle:
-        ds = ds.shuffle(len(files), seed=seed)
+    files = sorted(files)
+    if shuffle is None or shuffle:
+        return ShuffledFileList(files, seed)
+    return FileListDataset(files)
+
+
+def ShuffledFileList(files: list[str], seed: int | None) -> Dataset:
+    """``list_files(shuffle=True)``: the file list shuffled whole, remembering its files."""
+    ds = FileListDataset(files).shuffle(len(files), seed=seed)
+    ds.files = list(files)  # the set of files (cardinality, shard's warnings)
+    ds.unseeded_file_shuffle = seed is None
     return ds
 
 
