@@ -398,6 +398,14 @@ class Dataset:
 
         return RebatchDataset(self, batch_size, drop_remainder)
 
+    def ignore_errors(self, log_warning: bool = True) -> "Dataset":
+        """Drop elements that fail upstream: a ``map`` function that raises drops its element,
+        a damaged TFRecord file is read up to the bad record; each skip is logged (file and
+        offset). Other errors still raise."""
+        from tpudata.dataset.ignore_errors import IgnoreErrorsDataset
+
+        return IgnoreErrorsDataset(self, log_warning)
+
     def enumerate(self, start: int = 0) -> "Dataset":
         """``(index, element)`` pairs; the index is int64 and counts from ``start``."""
         from tpudata.dataset.enumerate import EnumerateDataset

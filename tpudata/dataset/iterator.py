@@ -39,11 +39,11 @@ class IterContext:
     ``stop`` is shared by the whole iteration: set by ``Iterator.close()``.
     """
 
-    __slots__ = ("path", "in_background", "stop", "_on_stop", "origins")
+    __slots__ = ("path", "in_background", "stop", "_on_stop", "origins", "ignore_errors")
 
     def __init__(self, path: tuple = (), in_background: bool = False,
                  stop: threading.Event | None = None, on_stop: list | None = None,
-                 origins: bool = False):
+                 origins: bool = False, ignore_errors: bool = False):
         self.path = tuple(int(p) for p in path)
         # True when a caller already runs this (sub)pipeline in its own thread, so sources
         # need not start read-ahead threads of their own
@@ -52,6 +52,9 @@ class IterContext:
         self._on_stop = on_stop if on_stop is not None else []
         # True under a shuffle: sources record where each element came from (Block.origin)
         self.origins = origins
+        # True under ignore_errors(): map drops elements whose function raises, TFRecord
+        # readers skip the rest of a damaged file (both log what they skip)
+        self.ignore_errors = ignore_errors
 
     def join_budget(self) -> float | None:
         """Seconds a closing thread may still wait for others (None: not closing)."""
@@ -64,11 +67,18 @@ class IterContext:
 
     def child(self, k: int, in_background: bool | None = None) -> "IterContext":
         flag = self.in_background if in_background is None else in_background
-        return IterContext(self.path + (int(k),), flag, self.stop, self._on_stop, self.origins)
+        return IterContext(self.path + (int(k),), flag, self.stop, self._on_stop, self.origins,
+                           self.ignore_errors)
 
     def with_origins(self) -> "IterContext":
         """The same iteration, with sources recording element origins (for a shuffle)."""
-        return IterContext(self.path, self.in_background, self.stop, self._on_stop, True)
+        return IterContext(self.path, self.in_background, self.stop, self._on_stop, True,
+                           self.ignore_errors)
+
+    def with_ignore_errors(self) -> "IterContext":
+        """The same iteration, with the ops upstream dropping elements that fail."""
+        return IterContext(self.path, self.in_background, self.stop, self._on_stop,
+                           self.origins, True)
 
     def on_stop(self, callback) -> None:
         """Call ``callback()`` (thread-safe and prompt, e.g. an executor's close) on stop."""

@@ -41,14 +41,27 @@ def function_name(fn: Callable) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
+class _Failed:
+    """What ``_Apply(skip_errors=True)`` returns for an element whose function raised."""
+
+    def __init__(self, error: str):
+        self.error = error
+
+
 class _Apply:
     """The picklable callable an executor runs: ``(p, element) -> fn(element)``."""
 
-    def __init__(self, fn: Callable):
+    def __init__(self, fn: Callable, skip_errors: bool = False):
         self.fn = fn
+        self.skip_errors = skip_errors
 
     def __call__(self, item):
-        return call(self.fn, item[1])
+        if not self.skip_errors:
+            return call(self.fn, item[1])
+        try:
+            return call(self.fn, item[1])
+        except Exception as exc:  # ignore_errors(): the element is dropped (and logged)
+            return _Failed(f"{type(exc).__name__}: {exc}")
 
 
 class MapDataset(Dataset):
@@ -92,6 +105,7 @@ class _MapIterator(BlockIterator):
         self.cursor = Cursor(input_it)
         self.checker = OutputChecker(ds.name, ds.output_signature)
         self.delivered = 0  # elements returned so far (for error messages)
+        self.skip_errors = ctx.ignore_errors
         self._start(skip=())
 
     def _start(self, skip) -> None:
@@ -128,9 +142,9 @@ class _MapIterator(BlockIterator):
     def _results(self):
         ds = self.ds
         if not ds.workers:
-            apply = _Apply(ds.fn)
+            apply = _Apply(ds.fn, self.skip_errors)
             return ((pos, apply(item)) for pos, item in enumerate(self._feed()))
-        self.mapper = make_mapper(_Apply(ds.fn), ds.workers, deterministic=ds.deterministic,
+        self.mapper = make_mapper(_Apply(ds.fn, self.skip_errors), ds.workers, deterministic=ds.deterministic,
                                   use_processes=ds.use_processes, stop=self.ctx.stop)
         self.ctx.on_stop(self.mapper.close)
         return self.mapper.imap(self._feed())
@@ -141,13 +155,20 @@ class _MapIterator(BlockIterator):
         rows = []
         tree = None
         stop = self.ctx.stop
-        for k in range(max(1, self.want)):
-            if k and stop.is_set():  # closing: no more user calls than the one running
+        calls = 0
+        while len(rows) < max(1, self.want):
+            if calls and stop.is_set():  # closing: no more user calls than the one running
                 break
+            calls += 1
             try:
                 pos, out = next(self.results)
             except StopIteration:
                 break
+            if isinstance(out, _Failed):
+                logger.warning("ignore_errors: %s raised on the element after output %d; "
+                               "dropped it: %s", self.ds.name, self.delivered, out.error)
+                self._delivered(pos)
+                continue
             t, leaves = flatten(out)
             self.checker.check(t, leaves, self.delivered)
             tree = t

@@ -251,8 +251,9 @@ class _TFRecordFiles(_RecordFilesDataset):
         return self._count
 
     def _make_iterator(self, ctx):
-        origins = ctx.origins
-        it = _FilesIterator(self.files, lambda path, offset: self._open(path, offset, origins))
+        origins, skip = ctx.origins, ctx.ignore_errors
+        it = _FilesIterator(self.files, lambda path, offset: self._open(path, offset, origins,
+                                                                        skip))
         if self.read_ahead_bytes > 0 and not ctx.in_background:  # a few read buffers ahead
             from tpudata.dataset.prefetch import PrefetchIterator
 
@@ -260,8 +261,9 @@ class _TFRecordFiles(_RecordFilesDataset):
                                     name="tpudata-readahead", ctx=ctx)
         return it
 
-    def _open(self, path, offset, origins: bool = False):
-        reader = TFRecordFileReader(path, start_offset=offset, **self.options)
+    def _open(self, path, offset, origins: bool = False, skip_errors: bool = False):
+        options = dict(self.options, on_error="skip") if skip_errors else self.options
+        reader = TFRecordFileReader(path, start_offset=offset, **options)
         try:
             for batch in reader:
                 yield Block.of_records(batch, origins and reader.compression == ""), batch.end_offset
