@@ -8,6 +8,7 @@ from tpudata.dataset.sources import (
     TextLineDataset,
     TFRecordDataset,
 )
+from tpudata.dataset.options import Options
 from tpudata.dataset.spec import TensorSpec, VarLenSpec
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "FixedLengthRecordDataset",
     "INFINITE",
     "Iterator",
+    "Options",
     "RecordColumn",
     "TFRecordDataset",
     "TensorSpec",

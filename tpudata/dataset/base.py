@@ -406,6 +406,20 @@ class Dataset:
 
         return IgnoreErrorsDataset(self, log_warning)
 
+    def with_options(self, options) -> "Dataset":
+        """This dataset with ``options`` (a :class:`~tpudata.dataset.options.Options`) applied to
+        the whole pipeline: ``deterministic``, ``autotune.cpu_budget``,
+        ``threading.private_threadpool_size``."""
+        from tpudata.dataset.options import OptionsDataset
+
+        return OptionsDataset(self, options)
+
+    def options(self):
+        """The pipeline's merged Options (those set by ``with_options`` anywhere in it)."""
+        from tpudata.dataset.options import options_of
+
+        return options_of(self)
+
     def enumerate(self, start: int = 0) -> "Dataset":
         """``(index, element)`` pairs; the index is int64 and counts from ``start``."""
         from tpudata.dataset.enumerate import EnumerateDataset

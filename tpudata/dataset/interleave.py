@@ -56,6 +56,8 @@ class InterleaveDataset(Dataset):
                 raise ValueError(f"num_parallel_calls must be >= 1, None or AUTOTUNE, not {threads}")
             self.threads = min(n, self.cycle_length)
         self.deterministic = True if deterministic is None else bool(deterministic)
+        self.deterministic_arg = deterministic  # None: Options.deterministic decides
+        self.autotune = threads is not None and int(threads) == AUTOTUNE
 
     _functions = ("fn",)
 
@@ -128,14 +130,21 @@ class _InterleaveIterator(BlockIterator):
         self.block_index = 0
         self.end_of_input = False
         self.opened = 0  # input elements turned into sub-datasets so far
-        self.pool = ReaderPool(ds.threads, ctx) if ds.parallel else None
+        options = ctx.options
+        self.deterministic = ds.deterministic if (ds.deterministic_arg is not None or
+                                                  options.deterministic is None) \
+            else options.deterministic
+        threads = options.threads(ds.threads, ds.autotune)
+        if ds.autotune:
+            threads = min(threads, ds.cycle_length)
+        self.pool = ReaderPool(threads, ctx) if ds.parallel else None
         # parallel mode: datasets of the next input elements, opened ahead:
         # (slot, input cursor state before its element)
         self.ahead: collections.deque = collections.deque()
         # deterministic=False: which slot serves next depends on timing, so a restore cannot
         # replay "snapshot + n elements"; blocks then hold at most ``want`` elements of one slot
         # and the state after each block is exact on its own
-        self.exact_want = ds.parallel and not ds.deterministic
+        self.exact_want = ds.parallel and not self.deterministic
 
     # -- slots -----------------------------------------------------------------------------------
     def _open(self, index: int, element) -> _Slot:
@@ -232,7 +241,7 @@ class _InterleaveIterator(BlockIterator):
                     s is not None and s.it.ready() for s in self.slots), self.ctx)
 
     def next(self):
-        free = self.ds.parallel and not self.ds.deterministic
+        free = self.ds.parallel and not self.deterministic
         while True:
             if self.ds.parallel:
                 self._fill_slots()

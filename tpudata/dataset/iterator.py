@@ -39,11 +39,12 @@ class IterContext:
     ``stop`` is shared by the whole iteration: set by ``Iterator.close()``.
     """
 
-    __slots__ = ("path", "in_background", "stop", "_on_stop", "origins", "ignore_errors")
+    __slots__ = ("path", "in_background", "stop", "_on_stop", "origins", "ignore_errors",
+                 "options")
 
     def __init__(self, path: tuple = (), in_background: bool = False,
                  stop: threading.Event | None = None, on_stop: list | None = None,
-                 origins: bool = False, ignore_errors: bool = False):
+                 origins: bool = False, ignore_errors: bool = False, options=None):
         self.path = tuple(int(p) for p in path)
         # True when a caller already runs this (sub)pipeline in its own thread, so sources
         # need not start read-ahead threads of their own
@@ -55,6 +56,9 @@ class IterContext:
         # True under ignore_errors(): map drops elements whose function raises, TFRecord
         # readers skip the rest of a damaged file (both log what they skip)
         self.ignore_errors = ignore_errors
+        if options is None:
+            from tpudata.dataset.options import DEFAULT as options
+        self.options = options  # the pipeline's merged Options (with_options)
 
     def join_budget(self) -> float | None:
         """Seconds a closing thread may still wait for others (None: not closing)."""
@@ -68,17 +72,17 @@ class IterContext:
     def child(self, k: int, in_background: bool | None = None) -> "IterContext":
         flag = self.in_background if in_background is None else in_background
         return IterContext(self.path + (int(k),), flag, self.stop, self._on_stop, self.origins,
-                           self.ignore_errors)
+                           self.ignore_errors, self.options)
 
     def with_origins(self) -> "IterContext":
         """The same iteration, with sources recording element origins (for a shuffle)."""
         return IterContext(self.path, self.in_background, self.stop, self._on_stop, True,
-                           self.ignore_errors)
+                           self.ignore_errors, self.options)
 
     def with_ignore_errors(self) -> "IterContext":
         """The same iteration, with the ops upstream dropping elements that fail."""
         return IterContext(self.path, self.in_background, self.stop, self._on_stop,
-                           self.origins, True)
+                           self.origins, True, self.options)
 
     def on_stop(self, callback) -> None:
         """Call ``callback()`` (thread-safe and prompt, e.g. an executor's close) on stop."""
@@ -276,7 +280,9 @@ class Iterator:
             self.set_state(state)
 
     def _build(self, iteration: int) -> None:
-        self._ctx = IterContext((iteration,))
+        from tpudata.dataset.options import options_of
+
+        self._ctx = IterContext((iteration,), options=options_of(self._dataset))
         self._it = self._dataset._make_iterator(self._ctx)
         self._cursor = Cursor(self._it)
 

@@ -82,6 +82,8 @@ class MapDataset(Dataset):
             self.workers = os.cpu_count() or 2
         self.use_processes = bool(use_processes)
         self.deterministic = True if deterministic is None else bool(deterministic)
+        self.deterministic_arg = deterministic  # None: Options.deterministic decides
+        self.autotune = num_parallel_calls is not None and int(num_parallel_calls) == -1
         self.output_signature = output_signature
         self.name = f"map({function_name(fn)})"
 
@@ -106,6 +108,11 @@ class _MapIterator(BlockIterator):
         self.checker = OutputChecker(ds.name, ds.output_signature)
         self.delivered = 0  # elements returned so far (for error messages)
         self.skip_errors = ctx.ignore_errors
+        options = ctx.options
+        self.workers = options.threads(ds.workers, ds.autotune)
+        self.deterministic = ds.deterministic if (ds.deterministic_arg is not None or
+                                                  options.deterministic is None) \
+            else options.deterministic
         self._start(skip=())
 
     def _start(self, skip) -> None:
@@ -141,10 +148,10 @@ class _MapIterator(BlockIterator):
 
     def _results(self):
         ds = self.ds
-        if not ds.workers:
+        if not self.workers:
             apply = _Apply(ds.fn, self.skip_errors)
             return ((pos, apply(item)) for pos, item in enumerate(self._feed()))
-        self.mapper = make_mapper(_Apply(ds.fn, self.skip_errors), ds.workers, deterministic=ds.deterministic,
+        self.mapper = make_mapper(_Apply(ds.fn, self.skip_errors), self.workers, deterministic=self.deterministic,
                                   use_processes=ds.use_processes, stop=self.ctx.stop)
         self.ctx.on_stop(self.mapper.close)
         return self.mapper.imap(self._feed())
