@@ -112,3 +112,15 @@ def test_from_generator_takes_tf_specs():
                                tpudata.TensorSpec((None,), np.dtype(np.float32)))
     assert outputs(ds) == tf_out(tf.data.Dataset.from_generator(
         lambda: ((i, [1.0] * i) for i in range(3)), output_signature=sig))
+
+
+def test_list_files_defaults_like_tf(tmp_path):
+    for i in range(8):
+        (tmp_path / f"f{i}").write_bytes(b"")
+    pattern = str(tmp_path / "f*")
+    assert outputs(Dataset.list_files(pattern, shuffle=False)) == tf_out(
+        tf.data.Dataset.list_files(pattern, shuffle=False))
+    ours, theirs = outputs(Dataset.list_files(pattern)), tf_out(tf.data.Dataset.list_files(pattern))
+    names = sorted(ours)
+    assert sorted(theirs) == names  # both shuffle by default (with different generators)
+    assert ours != names and theirs != names
