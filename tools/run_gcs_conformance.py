@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import stat
 import subprocess
 import sys
@@ -31,33 +30,15 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script from anywhere
+import run_gcsfs_suite  # noqa: E402  (its server start-up)
 SUITE = "tests/conformance/test_conformance.py"
 DATA = "tests/conformance/retry_strategy_test_data.json"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_server(python: str, log_path: str) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    cmd = [python, "-m", "fake_gcs", "--host", "127.0.0.1", "--port", str(port), "--log-level", "WARNING"]
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    log = open(log_path, "wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"fake_gcs exited early; see {log_path}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return proc, f"http://127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit(f"fake_gcs did not start; see {log_path}")
+    """fake_gcs on a free port, started as tools/run_gcsfs_suite.py starts it."""
+    return run_gcsfs_suite.start_server("fake_gcs", python, log_path, extra_args=("--log-level", "WARNING"))
 
 
 def unsupported_cases(checkout: str) -> list[tuple[str, str]]:

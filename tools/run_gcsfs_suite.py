@@ -33,11 +33,13 @@ def free_port() -> int:
 
 
 def start_server(
-    kind: str, python: str, log_path: str, data_dir: str | None = None
+    kind: str, python: str, log_path: str, data_dir: str | None = None, extra_args: tuple = ()
 ) -> tuple[subprocess.Popen, str]:
+    """Start ``kind`` (fake_gcs or gcp-storage-emulator) on a free port; (process, URL) once it
+    accepts connections. ``extra_args`` go to fake_gcs's command line."""
     port = free_port()
     if kind == "fake_gcs":
-        cmd = [python, "-m", "fake_gcs", "--host", "127.0.0.1", "--port", str(port)]
+        cmd = [python, "-m", "fake_gcs", "--host", "127.0.0.1", "--port", str(port), *extra_args]
         if data_dir:
             cmd += ["--data-dir", data_dir]
     else:
