@@ -133,7 +133,8 @@ def test_static_shapes_are_enforced():
 
 
 @pytest.mark.parametrize("dtype,hint", [(np.uint64, "int32"), (np.float64, "float32"),
-                                        (np.uint8, "int32"), (object, "strings")])
+                                        (np.int16, "int32"), (np.float16, "bfloat16"),
+                                        (object, "strings")])
 def test_unsupported_dtypes(dtype, hint):
     xs = X[:64].astype(dtype) if dtype is not object else np.array([b"a"] * 64, dtype=object)
 
@@ -169,6 +170,34 @@ def test_int64_labels_pass_through_as_in_tpu_estimator():
     ready = lambda params: raw(params).map(tpu.make_tpu_ready)  # noqa: E731
     estimator(model_fn).train(ready, steps=2)  # make_tpu_ready still narrows to int32
     assert set(seen) == {np.dtype(np.int32)}
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.bool_])
+def test_tpu_infeed_small_types_pass_through(dtype):
+    # uint8 / int8 / bool are TPU infeed types (tpu_ops._SUPPORTED_INFEED_DTYPES): uint8 images go
+    # to the device as they are, nothing widens them
+    seen = []
+    base = models.softmax_regression(4, learning_rate=0.3)
+    xs = (np.abs(X) * 20).astype(dtype)
+
+    def model_fn(features, labels, mode, params):
+        seen.append(features["x"].dtype)
+        return base({"x": features["x"].astype(np.float32)}, labels, mode, params)
+
+    def inp(params):
+        return Dataset.from_tensor_slices(({"x": xs}, Y)).batch(params["batch_size"], drop_remainder=True)
+
+    est = estimator(model_fn).train(inp, steps=2)
+    assert est.global_step == 2 and set(seen) == {np.dtype(dtype)}
+
+
+def test_make_tpu_ready_casts_only_what_tpus_refuse():
+    out = tpu.make_tpu_ready({"img": np.zeros((2, 3), np.uint8), "h": np.zeros(2, np.float16),
+                              "d": np.zeros(2), "i": np.zeros(2, np.int16), "b": np.zeros(2, bool)})
+    assert {k: v.dtype.name for k, v in out.items()} == {
+        "img": "uint8", "h": "float32", "d": "float32", "i": "int32", "b": "bool"}
+    with pytest.raises(UnsupportedDtypeError, match="do not fit in int32"):
+        tpu.make_tpu_ready({"big": np.array([2**40])})
 
 
 def test_bfloat16_features_are_tpu_inputs():

@@ -15,11 +15,13 @@ from tpudata.dataset.nest import flatten, leaf_paths, map_structure, unflatten
 from tpudata.errors import StaticShapeError, UnsupportedDtypeError
 from tpudata.example.parse import VarLenValues
 
-# int64 is a TPU infeed type (tensorflow/python/tpu/ops/tpu_ops.py, _SUPPORTED_INFEED_DTYPES) and
-# TPUEstimator passes it through uncast, so it is accepted here as it is
-SUPPORTED = {np.dtype(t) for t in (np.float32, np.int32, np.uint32, np.bool_, np.float16, np.complex64,
-                                   np.int64)}
-_INT_TO_INT32 = {np.dtype(t) for t in (np.int64, np.uint64, np.uint8, np.int8, np.int16, np.uint16)}
+# TF's TPU infeed types (tensorflow/python/tpu/ops/tpu_ops.py, _SUPPORTED_INFEED_DTYPES): bfloat16
+# (checked by name: ml_dtypes is optional), bool, complex64, float32, int32, int64, int8, uint32,
+# uint8. TPUEstimator passes them through uncast, so they are accepted here as they are; float16
+# is not one of them.
+SUPPORTED = {np.dtype(t) for t in (np.bool_, np.complex64, np.float32, np.int32, np.int64, np.int8,
+                                   np.uint32, np.uint8)}
+_INT_TO_INT32 = {np.dtype(t) for t in (np.int64, np.uint64, np.int16, np.uint16)}
 _INT32 = np.iinfo(np.int32)
 
 
@@ -46,6 +48,9 @@ def check_dtype(name: str, value) -> np.ndarray:
         hint = "cast it to int32 in the input pipeline (tpudata.tpu.make_tpu_ready does this)"
     elif dt == np.float64:
         hint = "cast it to float32 in the input pipeline (tpudata.tpu.make_tpu_ready does this)"
+    elif dt == np.float16:
+        hint = ("cast it to bfloat16 (ml_dtypes.bfloat16, the TPU's 16-bit float) or to float32 in "
+                "the input pipeline (tpudata.tpu.make_tpu_ready casts it to float32)")
     else:
         hint = "use float32 or int32"
     raise UnsupportedDtypeError(f"{name} has dtype {dt}, which TPUs do not support; {hint}")
@@ -114,8 +119,8 @@ class Signature:
 
 
 def make_tpu_ready(*element):
-    """Cast a (batched) element for a TPU, as the guides advise: 64-bit and small integers to
-    int32, float64 to float32. Use it in the input pipeline: ``ds.batch(B).map(make_tpu_ready)``.
+    """Cast a (batched) element for a TPU, as the guides advise: 64-bit and 16-bit integers to
+    int32, float64 and float16 to float32; TPU infeed types (uint8 images, int8, bool, ...) stay. Use it in the input pipeline: ``ds.batch(B).map(make_tpu_ready)``.
 
     >>> make_tpu_ready({"label": np.array([1, 2]), "x": np.zeros(2)})["label"].dtype
     dtype('int32')
@@ -127,9 +132,11 @@ def make_tpu_ready(*element):
         arr = np.asarray(v)
         if arr.dtype in _INT_TO_INT32:
             if arr.size and (arr.min() < np.iinfo(np.int32).min or arr.max() > np.iinfo(np.int32).max):
-                raise ValueError("values do not fit in int32; keep them on the host")
+                raise UnsupportedDtypeError(
+                    f"{arr.dtype} values {arr.min()}..{arr.max()} do not fit in int32; keep them on "
+                    "the host")
             return arr.astype(np.int32)
-        if arr.dtype == np.float64:
+        if arr.dtype in (np.float64, np.float16):
             return arr.astype(np.float32)
         return arr
 
