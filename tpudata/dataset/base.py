@@ -195,6 +195,19 @@ class Dataset:
         return GeneratorDataset(generator, output_types, output_shapes, args, output_signature)
 
     @staticmethod
+    def load(path: str, element_spec=None, compression: str | None = None,
+             reader_func: Callable | None = None, wait: bool = False, *,
+             storage_options: dict | None = None) -> "Dataset":
+        """A dataset written by :meth:`save` at ``path`` (any fsspec URL), in the saved order,
+        with its element spec and cardinality. ``element_spec`` (optional) must match the saved
+        one; ``reader_func(datasets)`` reads the per-shard datasets another way; ``wait=True``
+        waits for a save in progress to complete. Not TensorFlow's snapshot format."""
+        from tpudata.dataset.load import LoadDataset
+
+        return LoadDataset(path, element_spec, compression, reader_func, wait,
+                           storage_options=storage_options)
+
+    @staticmethod
     def choose_from_datasets(datasets, choice_dataset: "Dataset",
                              stop_on_empty_dataset: bool = True) -> "Dataset":
         """The next element comes from ``datasets[i]`` for each ``i`` of ``choice_dataset``
@@ -405,6 +418,21 @@ class Dataset:
         from tpudata.dataset.ignore_errors import IgnoreErrorsDataset
 
         return IgnoreErrorsDataset(self, log_warning)
+
+    def save(self, path: str, compression: str | None = None, shard_func: Callable | None = None,
+             checkpoint_args=None, *, num_shards: int | None = None, progress: bool | None = None,
+             storage_options: dict | None = None) -> None:
+        """Write the elements to TFRecord shards in the directory ``path`` (any fsspec URL) with
+        the element spec, for :meth:`load`. ``compression``: None, "GZIP" or "ZLIB". Elements go
+        round-robin to ``num_shards`` shards (default: one per CPU, as TF) unless ``shard_func``
+        (element -> shard id) picks. Atomic: an interrupted save is never loadable, and a save
+        over an earlier one replaces it when complete. A progress bar shows on a terminal
+        (``progress=True/False`` forces it). ``checkpoint_args`` (TF's resumable save) raises.
+        """
+        from tpudata.dataset.save import save
+
+        save(self, path, compression, shard_func, checkpoint_args, num_shards=num_shards,
+             progress=progress, storage_options=storage_options)
 
     def with_options(self, options) -> "Dataset":
         """This dataset with ``options`` (a :class:`~tpudata.dataset.options.Options`) applied to

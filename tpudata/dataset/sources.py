@@ -149,9 +149,9 @@ def list_files(pattern, shuffle: bool | None = None, seed: int | None = None,
     for p in patterns:
         files += storage.expand(os.fspath(p), **storage_options)
     files = sorted(files)
-    if shuffle is None or shuffle:
-        return ShuffledFileList(files, seed)
-    return FileListDataset(files)
+    ds = ShuffledFileList(files, seed) if shuffle is None or shuffle else FileListDataset(files)
+    ds.storage_options = storage_options  # to read the shards' manifests (counts, warnings)
+    return ds
 
 
 def ShuffledFileList(files: list[str], seed: int | None) -> Dataset:
