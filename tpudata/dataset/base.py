@@ -172,14 +172,14 @@ class Dataset:
         return RangeDataset(*args, dtype=dtype)
 
     @staticmethod
-    def list_files(pattern, shuffle: bool | None = None, seed: int | None = None,
+    def list_files(file_pattern, shuffle: bool | None = None, seed: int | None = None,
                    storage_options: dict | None = None, **unknown):
-        """Files matching ``pattern`` (a glob or list of globs). As in TF they are shuffled
+        """Files matching ``file_pattern`` (a glob or list of globs). As in TF they are shuffled
         unless ``shuffle=False`` (then sorted like TF's MatchingFiles); give ``seed`` when
         several hosts ``shard()`` the list, so that they agree on the order."""
         from tpudata.dataset.sources import list_files
 
-        return list_files(pattern, shuffle, seed, storage_options, **unknown)
+        return list_files(file_pattern, shuffle, seed, storage_options, **unknown)
 
     @staticmethod
     def from_generator(generator: Callable, output_types=None, output_shapes=None, args=None,
@@ -229,10 +229,17 @@ class Dataset:
                                     rerandomize_each_iteration)
 
     @staticmethod
-    def zip(datasets) -> "Dataset":
-        """Elements are tuples (or dicts) of the datasets' elements, until the shortest ends."""
+    def zip(*args, datasets=None) -> "Dataset":
+        """Elements are tuples (or dicts) of the datasets' elements, until the shortest ends:
+        ``zip((a, b))``, ``zip(a, b)`` or ``zip(datasets={"x": a, "y": b})`` as in TF."""
         from tpudata.dataset.zip import ZipDataset
 
+        if args and datasets is not None:
+            raise TypeError("zip(): give the datasets positionally or as datasets=, not both")
+        if datasets is None:
+            if not args:
+                raise TypeError("zip() needs datasets: zip(a, b), zip((a, b)) or zip(datasets=...)")
+            datasets = args[0] if len(args) == 1 else tuple(args)
         return ZipDataset(datasets)
 
     # -- transformations -------------------------------------------------------------------------
@@ -272,11 +279,13 @@ class Dataset:
         return ShuffleDataset(self, buffer_size, seed, reshuffle_each_iteration,
                               spill_url=spill_url, spill_bytes=spill_bytes)
 
-    def interleave(self, map_func: Callable, cycle_length: int | None = None, block_length: int = 1,
+    def interleave(self, map_func: Callable, cycle_length: int | None = None,
+                   block_length: int | None = None,
                    num_parallel_calls: int | None = None, deterministic: bool | None = None):
         """tf.data's interleave: ``cycle_length`` datasets in turn, ``block_length`` at a time.
 
-        ``num_parallel_calls`` reads the open datasets in background threads; with
+        ``block_length=None`` means 1 (as in TF). ``num_parallel_calls`` reads the open
+        datasets in background threads; with
         ``deterministic=False`` elements come from whichever dataset has one ready first.
         """
         from tpudata.dataset.interleave import InterleaveDataset
@@ -324,9 +333,14 @@ class Dataset:
 
         return parse_dataset(self, features, num_parallel_calls)
 
-    def batch(self, batch_size: int, drop_remainder: bool = False, pad_remainder: bool = False,
-              mask_key: str = "weight", num_batches: int | None = None) -> "Dataset":
+    def batch(self, batch_size: int, drop_remainder: bool = False,
+              num_parallel_calls: int | None = None, deterministic: bool | None = None, *,
+              pad_remainder: bool = False, mask_key: str = "weight",
+              num_batches: int | None = None) -> "Dataset":
         """Combine consecutive elements into batches.
+
+        ``num_parallel_calls`` and ``deterministic`` are accepted as in tf.data and change
+        nothing: batches are built whole with numpy, in order.
 
         ``drop_remainder=True`` drops a final short batch (static batch dimension).
         ``pad_remainder=True`` (exact-epoch evaluation) pads the final batch with zeros / empty
@@ -350,11 +364,14 @@ class Dataset:
 
         return UnbatchDataset(self)
 
-    def cache(self, url: str | None = None) -> "Dataset":
-        """Keep the elements of the first complete pass (in memory, or in files at ``url``)."""
+    def cache(self, filename: str = "", *, url: str | None = None) -> "Dataset":
+        """Keep the elements of the first complete pass: in memory (``filename=""``, TF's
+        default), or in files under the directory URL ``filename`` (``url=`` is the same)."""
         from tpudata.dataset.cache import CacheDataset
 
-        return CacheDataset(self, url)
+        if url is not None and filename:
+            raise TypeError("cache(): give filename or url, not both")
+        return CacheDataset(self, url if url is not None else filename)
 
     def prefetch(self, buffer_size: int = 2, max_bytes: int = 256 << 20) -> "Dataset":
         """Produce elements in a background thread, up to ``buffer_size`` elements ahead."""
