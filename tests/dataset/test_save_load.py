@@ -272,3 +272,17 @@ def test_loaded_dataset_pickles(tmp_path):
     Dataset.range(5).save(str(tmp_path), num_shards=2)
     ds = pickle.loads(pickle.dumps(Dataset.load(str(tmp_path)).map(lambda x: x + 1)))
     assert [plain(x) for x in ds] == [1, 2, 3, 4, 5]
+
+
+def test_bfloat16_loads_in_a_fresh_process(tmp_path):
+    """The metadata names bfloat16; load imports ml_dtypes itself to get the dtype back."""
+    import subprocess
+    import sys
+
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    Dataset.range(4).map(lambda x: np.full(3, x, ml_dtypes.bfloat16)).save(str(tmp_path))
+    code = ("import sys\nfrom tpudata import Dataset\nds = Dataset.load(sys.argv[1])\n"
+            "print(ds.element_spec.dtype, [x.astype('float32').tolist() for x in ds])")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                         text=True, check=True, timeout=120)
+    assert out.stdout.split(" ", 1) == ["bfloat16", str([[float(x)] * 3 for x in range(4)]) + "\n"]
