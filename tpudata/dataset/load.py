@@ -31,7 +31,9 @@ from tpudata.dataset.block import Block
 from tpudata.dataset.columns import leaf_items
 from tpudata.dataset.common import _BlockMapIterator
 from tpudata.dataset.nest import flatten, leaf_paths, tree_from_json, unflatten
-from tpudata.dataset.saved_format import FORMAT, METADATA, VERSION, Leaf, decode_element
+from tpudata.dataset.saved_format import (
+    FORMAT, METADATA, VERSION, Leaf, decode_columns, decode_element,
+)
 from tpudata.errors import SavedDatasetError, SavedDatasetNotFoundError, SpecError
 from tpudata.tfrecord.compression import normalize_compression
 
@@ -120,8 +122,12 @@ class _DecodeShard(Dataset):
         return {"__saved_shard__": self.where}
 
     def _decode(self, block: Block) -> Block:
+        records = leaf_items(block.leaves[0])
+        columns = decode_columns(self.leaves, records)  # tensors: all records at once
+        if columns is not None:
+            return Block(self.tree, columns, len(records))
         rows = []
-        for record in leaf_items(block.leaves[0]):
+        for record in records:
             try:
                 rows.append(decode_element(self.leaves, record))
             except (ValueError, IndexError) as exc:

@@ -30,7 +30,7 @@ import numpy as np
 from tpudata import storage
 from tpudata.dataset.nest import flatten, leaf_paths, tree_to_json
 from tpudata.dataset.saved_format import (
-    FORMAT, METADATA, VERSION, Leaf, check_leaf, encode_element, leaf_of,
+    FORMAT, METADATA, VERSION, Leaf, check_leaf, encode_columns, encode_element, leaf_of,
 )
 from tpudata.errors import SpecError
 from tpudata.tfrecord.compression import normalize_compression
@@ -60,6 +60,17 @@ def _spec_leaf(declared) -> Leaf:
             if isinstance(declared, RaggedSpec) else "varlen" if isinstance(declared, VarLenSpec)
             else "tensor")
     return Leaf(kind, declared.dtype, declared.shape, getattr(declared, "ragged_rank", 0))
+
+
+def _first_leaves(element, declared: list, names: list) -> list:
+    """The saved Leaf of each leaf, from the first element and the declared spec."""
+    _, values = flatten(element)
+    leaves = [leaf_of(v, d) for v, d in zip(values, declared)]
+    for leaf, d, name in zip(leaves, declared, names):
+        if leaf.kind == "tensor" and leaf.dtype != np.dtype(d.dtype):
+            raise SpecError(f"save(): element 0 has dtype {leaf.dtype} at {name!r}, but the "
+                            f"dataset's element spec says {d.dtype}")
+    return leaves
 
 
 def _shard_of(shard_func, element, index: int) -> int:
@@ -106,29 +117,44 @@ def save(ds, path: str, compression: str | None = None, shard_func: Callable | N
                disable=None if progress is None else not progress, leave=False)
     published: list[str] = []
     try:
+        index = 0
+
+        def writer(sid: int) -> TFRecordWriter:
+            w = writers.get(sid)
+            if w is None:
+                url = storage.join(path, f"shard-{token}-{sid:05d}{_SUFFIX[comp]}")
+                w = writers[sid] = TFRecordWriter(url, comp, storage_options=so)
+            return w
+
         with ds.iterator() as it:
-            for index, element in enumerate(it):
-                etree, values = flatten(element)
-                if etree != tree:
-                    raise SpecError(f"save(): element {index} has the structure {etree}, but the "
-                                    f"dataset's element spec has {tree}")
+            while True:
+                block = it.next_block()
+                if block is None:
+                    break
+                if not block.n:
+                    continue
+                if block.tree != tree:
+                    raise SpecError(f"save(): element {index} has the structure {block.tree}, "
+                                    f"but the dataset's element spec has {tree}")
                 if leaves is None:  # the kinds (sparse, ragged) show in the values
-                    leaves = [leaf_of(v, d) for v, d in zip(values, declared)]
-                    for leaf, d, name in zip(leaves, declared, names):
-                        if leaf.kind == "tensor" and leaf.dtype != np.dtype(d.dtype):
-                            raise SpecError(
-                                f"save(): element 0 has dtype {leaf.dtype} at {name!r}, but the "
-                                f"dataset's element spec says {d.dtype}")
-                for leaf, value, name in zip(leaves, values, names):
-                    check_leaf(leaf, value, name, index)
-                sid = index % num_shards if shard_func is None else \
-                    _shard_of(shard_func, element, index)
-                w = writers.get(sid)
-                if w is None:
-                    url = storage.join(path, f"shard-{token}-{sid:05d}{_SUFFIX[comp]}")
-                    w = writers[sid] = TFRecordWriter(url, comp, storage_options=so)
-                w.write(encode_element(leaves, values))
-                bar.update(1)
+                    leaves = _first_leaves(block.element(0), declared, names)
+                records = None if shard_func is not None else \
+                    encode_columns(leaves, block.leaves, block.n)
+                if records is not None:  # whole columns, round-robin
+                    for sid in range(num_shards):
+                        first = (sid - index) % num_shards
+                        if first < block.n:
+                            writer(sid).write_many(records[first::num_shards])
+                else:
+                    for k, element in enumerate(block.elements()):
+                        _, values = flatten(element)
+                        for leaf, value, name in zip(leaves, values, names):
+                            check_leaf(leaf, value, name, index + k)
+                        sid = (index + k) % num_shards if shard_func is None else \
+                            _shard_of(shard_func, element, index + k)
+                        writer(sid).write(encode_element(leaves, values))
+                index += block.n
+                bar.update(block.n)
         if leaves is None:
             leaves = [_spec_leaf(d) for d in declared]
         shards = []
