@@ -175,8 +175,11 @@ def save(ds, path: str, compression: str | None = None, shard_func: Callable | N
         for w in writers.values():
             if not w.closed:
                 w.abort()
-        for url in published:
-            storage.remove(url, **so)
+        for url in published:  # shards no metadata names: never loadable, removed
+            try:
+                storage.remove(url, **so)
+            except Exception as exc:  # keep the original error
+                logger.warning("save(): could not remove the unfinished shard %s: %s", url, exc)
         raise
     finally:
         bar.close()
