@@ -21,6 +21,7 @@ logger = logging.getLogger(__name__)
 
 INFINITE = -1
 UNKNOWN = -2
+_NOTHING = object()
 
 
 def picklable_function(fn: Callable, what: str):
@@ -322,6 +323,35 @@ class Dataset:
         from tpudata.dataset.filter import FilterDataset
 
         return FilterDataset(self, predicate)
+
+    def take_while(self, predicate: Callable) -> "Dataset":
+        """Elements while ``predicate(element)`` is True; the first False ends the dataset."""
+        from tpudata.dataset.take_while import TakeWhileDataset
+
+        return TakeWhileDataset(self, predicate)
+
+    def reduce(self, initial_state, reduce_func: Callable):
+        """Run the whole dataset through ``reduce_func(state, element) -> state`` and return
+        the final state (numpy values with ``scan``'s rules; the element is one argument).
+
+        >>> int(Dataset.range(5).reduce(np.int64(0), lambda s, x: s + x))
+        10
+        """
+        from tpudata.dataset.scan import reduce_dataset
+
+        return reduce_dataset(self, initial_state, reduce_func)
+
+    def get_single_element(self):
+        """The dataset's only element; a dataset with none or more than one raises ValueError."""
+        with self.iterator() as it:
+            first = next(it, _NOTHING)
+            if first is _NOTHING:
+                raise ValueError("get_single_element(): the dataset is empty; it must have "
+                                 "exactly one element")
+            if next(it, _NOTHING) is not _NOTHING:
+                raise ValueError("get_single_element(): the dataset has more than one element; "
+                                 "take(1) or batch() it first")
+        return first
 
     def parse(self, features, num_parallel_calls: int | None = None) -> "Dataset":
         """Parse serialized tf.train.Examples with a feature spec, batch-level wherever it sits.
