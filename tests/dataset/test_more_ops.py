@@ -1,4 +1,4 @@
-"""take_while, reduce, get_single_element: tf.data's semantics, checkpointable take_while."""
+"""take_while, reduce, get_single_element, counter, unique: tf.data's semantics, checkpointable."""
 
 from __future__ import annotations
 
@@ -57,11 +57,33 @@ def test_get_single_element():
         Dataset.range(2).get_single_element()
 
 
+def test_counter():
+    assert outputs(Dataset.counter().take(3)) == [0, 1, 2]
+    assert outputs(Dataset.counter(10, -3, dtype=np.int32).take(4)) == [10, 7, 4, 1]
+    assert Dataset.counter(dtype=np.int32).element_spec.dtype == np.int32
+    assert Dataset.counter().cardinality() == -1 and Dataset.counter().take(5).cardinality() == 5
+    check_restore_everywhere(lambda: Dataset.zip((Dataset.counter(5), Dataset.range(12))))
+
+
+def test_unique():
+    assert outputs(Dataset.from_tensor_slices([3, 1, 3, 2, 1, 4]).unique()) == [3, 1, 2, 4]
+    assert outputs(Dataset.from_tensor_slices(["b", "a", "b"]).unique()) == [b"b", b"a"]
+    with pytest.raises(TypeError, match="integer or bytes scalar"):
+        Dataset.from_tensor_slices(np.zeros((3, 2))).unique()
+    with pytest.raises(TypeError, match="integer or bytes scalar"):
+        Dataset.range(3).map(lambda x: np.float32(x)).unique()
+    out = check_restore_everywhere(
+        lambda: Dataset.range(60).map(lambda x: x % 13).shuffle(10, seed=4).unique().batch(3))
+    assert sorted(v for b in out for v in b) == list(range(13))
+
+
 def test_same_as_live_tf_data():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     tf = pytest.importorskip("tensorflow")
     for build in (lambda D: D.range(20).take_while(lambda x: x % 7 != 6),
-                  lambda D: D.range(20).take_while(lambda x: x < 100).take(5)):
+                  lambda D: D.range(20).take_while(lambda x: x < 100).take(5),
+                  lambda D: D.counter(7, 3).take(4),
+                  lambda D: D.range(40).map(lambda x: (x * 7) % 11).unique()):
         ours = outputs(build(Dataset))
         assert ours == [int(x) for x in build(tf.data.Dataset).as_numpy_iterator()]
     assert int(Dataset.range(9).reduce(np.int64(1), lambda s, x: s * (x + 1))) == \

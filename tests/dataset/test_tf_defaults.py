@@ -59,8 +59,8 @@ DEVIATIONS = {
 }
 
 # tf.data.Dataset methods tpudata does not have; each is named in the README's Porting section.
-NOT_IMPLEMENTED = {"counter", "fingerprint", "ragged_batch", "random", "rejection_resample",
-                   "snapshot", "sparse_batch", "unique"}
+NOT_IMPLEMENTED = {"fingerprint", "ragged_batch", "random", "rejection_resample", "snapshot",
+                   "sparse_batch"}
 
 
 def porting_section() -> str:

@@ -173,6 +173,13 @@ class Dataset:
         return RangeDataset(*args, dtype=dtype)
 
     @staticmethod
+    def counter(start: int = 0, step: int = 1, dtype=np.int64) -> "Dataset":
+        """``start, start + step, ...`` without end (``Dataset.range`` with no stop)."""
+        from tpudata.dataset.counter import CounterDataset
+
+        return CounterDataset(start, step, dtype)
+
+    @staticmethod
     def list_files(file_pattern, shuffle: bool | None = None, seed: int | None = None,
                    storage_options: dict | None = None, **unknown):
         """Files matching ``file_pattern`` (a glob or list of globs). As in TF they are shuffled
@@ -329,6 +336,12 @@ class Dataset:
         from tpudata.dataset.take_while import TakeWhileDataset
 
         return TakeWhileDataset(self, predicate)
+
+    def unique(self) -> "Dataset":
+        """Each distinct element (integer or bytes scalars) once, in first-seen order."""
+        from tpudata.dataset.unique import UniqueDataset
+
+        return UniqueDataset(self)
 
     def reduce(self, initial_state, reduce_func: Callable):
         """Run the whole dataset through ``reduce_func(state, element) -> state`` and return
