@@ -77,6 +77,35 @@ def test_unique():
     assert sorted(v for b in out for v in b) == list(range(13))
 
 
+def test_random():
+    a = Dataset.random(seed=3)
+    first = outputs(a.take(50))
+    assert outputs(a.take(50)) == first  # the same stream each iteration, as in TF
+    assert outputs(Dataset.random(seed=3).take(50)) == first
+    assert outputs(Dataset.random(seed=4).take(50)) != first
+    assert len(set(first)) == 50 and min(first) < 0 < max(first)  # the whole int64 range
+    epochs = outputs(Dataset.random(seed=3, rerandomize_each_iteration=True).take(5).repeat(2))
+    assert epochs[:5] != epochs[5:]
+    assert outputs(Dataset.random(seed=3).take(5).repeat(2)) == first[:5] * 2
+    assert Dataset.random().cardinality() == -1
+    assert Dataset.random().element_spec.dtype == np.int64
+    assert outputs(Dataset.random().take(20)) != outputs(Dataset.random().take(20))
+    check_restore_everywhere(lambda: Dataset.random(seed=9).skip(4090).take(12))
+    check_restore_everywhere(lambda: Dataset.random(5, rerandomize_each_iteration=True).take(3)
+                             .repeat(3))
+    unseeded = Dataset.random()  # its seed travels in the state, into a fresh object too
+    with unseeded.take(10).iterator() as it:
+        next(it)
+        state = it.get_state()
+        rest = outputs_of(it)
+    with Dataset.random().take(10).iterator(state) as resumed:
+        assert outputs_of(resumed) == rest and len(rest) == 9
+
+
+def outputs_of(it) -> list:
+    return [int(x) for x in it]
+
+
 def test_same_as_live_tf_data():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     tf = pytest.importorskip("tensorflow")

@@ -59,7 +59,7 @@ DEVIATIONS = {
 }
 
 # tf.data.Dataset methods tpudata does not have; each is named in the README's Porting section.
-NOT_IMPLEMENTED = {"fingerprint", "ragged_batch", "random", "rejection_resample", "snapshot",
+NOT_IMPLEMENTED = {"fingerprint", "ragged_batch", "rejection_resample", "snapshot",
                    "sparse_batch"}
 
 

@@ -180,6 +180,15 @@ class Dataset:
         return CounterDataset(start, step, dtype)
 
     @staticmethod
+    def random(seed: int | None = None, rerandomize_each_iteration: bool | None = None):
+        """Random int64 values without end (numpy's PCG64, not TF's Philox: a seed gives
+        another stream than TF's); the same each iteration unless
+        ``rerandomize_each_iteration=True``."""
+        from tpudata.dataset.random_values import RandomDataset
+
+        return RandomDataset(seed, rerandomize_each_iteration)
+
+    @staticmethod
     def list_files(file_pattern, shuffle: bool | None = None, seed: int | None = None,
                    storage_options: dict | None = None, **unknown):
         """Files matching ``file_pattern`` (a glob or list of globs). As in TF they are shuffled
