@@ -16,6 +16,7 @@ def test_bench_infeed_small(tmp_path, capsys):
     assert rc == 0
     text = capsys.readouterr().out
     assert "num_parallel_reads | local rec/s" in text
+    assert "preparing the workload: writing 2 shard(s)" in text  # progress before the runs
     results = json.loads(out.read_text())
     for source in ("local", "gcs"):
         assert [r["parallel"] for r in results[source]] == [1, 2]

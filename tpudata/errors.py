@@ -124,6 +124,26 @@ class StorageError(TpuDataError, OSError):
         return (type(self), (self.message, self.url))
 
 
+class SavedDatasetError(TpuDataError, OSError):
+    """A ``Dataset.save`` directory that cannot be loaded (damaged or foreign metadata, missing
+    shards); ``path`` names the file or directory."""
+
+    def __init__(self, message: str, path: str | None = None):
+        self.message = message
+        self.path = path
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.path))
+
+
+class SavedDatasetNotFoundError(SavedDatasetError, FileNotFoundError):
+    """No complete ``Dataset.save`` at ``path`` (never saved there, or the save was interrupted)."""
+
+
 class InvalidImageError(TpuDataError, ValueError):
     """Image bytes that cannot be decoded, or a crop window outside the image (``index``: batch position)."""
 
@@ -171,6 +191,8 @@ __all__ = [
     "InvalidImageError",
     "MainGuardError",
     "NotPicklableError",
+    "SavedDatasetError",
+    "SavedDatasetNotFoundError",
     "SpecError",
     "StaticShapeError",
     "StorageError",

@@ -48,6 +48,10 @@ def _pipelines(shards, tmp_path):
     zl = str(tmp_path / "data.zlib")
     if not os.path.exists(zl):
         tpudata.write_records(zl, list(TFRecordDataset(shards[0])), compression="ZLIB")
+    saved = str(tmp_path / "saved")
+    if not os.path.exists(saved):
+        TFRecordDataset(shards).parse(SPEC).batch(3).save(saved, num_shards=3,
+                                                          compression="GZIP")
     return {
         **{f"text_{c or 'plain'}_{b}": (lambda c=c, b=b: TextLineDataset(
             misc[("t.txt", c)], compression_type=c or None, buffer_size=b))
@@ -95,6 +99,12 @@ def _pipelines(shards, tmp_path):
             lambda s: len(s), [2, 9], [3, 2, 4], pad_to_bucket_boundary=True,
             padded_shapes=[None]),
         "rebatch_files": lambda: TFRecordDataset(shards).parse(SPEC).batch(7).rebatch([3, 5]),
+        "load": lambda: Dataset.load(saved).unbatch().shuffle(7, seed=1),
+        "load_reader_func": lambda: Dataset.load(saved, reader_func=lambda d: d.interleave(
+            lambda s: s, cycle_length=2, block_length=2)),
+        "text_parallel": lambda: TextLineDataset([misc[("t.txt", "GZIP")]] * 2,
+                                                 compression_type="GZIP", buffer_size=7,
+                                                 num_parallel_reads=2),
         "interleave_filter": lambda: Dataset.range(4).interleave(
             lambda i: Dataset.range(5).filter(lambda x: x != 2), cycle_length=2, block_length=3),
         "prefetch_map": lambda: Dataset.range(30).map(lambda x: x * x, num_parallel_calls=2)
@@ -133,7 +143,8 @@ MORE = [f"text_{c}_{b}" for c in ("plain", "GZIP", "ZLIB") for b in (5, 64)] + [
     "parallel_map_batch", "text_map_shuffle", "cache_memory", "zip_text_fixed",
     "repeat_take_skip", "prefetch_map", "enumerate_shuffle", "concatenate_files",
     "scan_parallel_map", "from_generator_interleave", "interleave_filter", "sample_files", "choose_files",
-    "window_files", "group_files", "bucket", "rebatch_files"]
+    "window_files", "group_files", "bucket", "rebatch_files", "load", "load_reader_func",
+    "text_parallel"]
 
 NAMES = MORE + ["range", "slices", "tfrecord", "parallel_reads", "interleave", "shard", "take_skip",
          "shuffle", "shuffle_unseeded", "shuffle_repeat", "map_filter", "zip", "batch",

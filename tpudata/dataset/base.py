@@ -21,6 +21,7 @@ logger = logging.getLogger(__name__)
 
 INFINITE = -1
 UNKNOWN = -2
+_NOTHING = object()
 
 
 def picklable_function(fn: Callable, what: str):
@@ -172,14 +173,30 @@ class Dataset:
         return RangeDataset(*args, dtype=dtype)
 
     @staticmethod
-    def list_files(pattern, shuffle: bool | None = None, seed: int | None = None,
+    def counter(start: int = 0, step: int = 1, dtype=np.int64) -> "Dataset":
+        """``start, start + step, ...`` without end (``Dataset.range`` with no stop)."""
+        from tpudata.dataset.counter import CounterDataset
+
+        return CounterDataset(start, step, dtype)
+
+    @staticmethod
+    def random(seed: int | None = None, rerandomize_each_iteration: bool | None = None):
+        """Random int64 values without end (numpy's PCG64, not TF's Philox: a seed gives
+        another stream than TF's); the same each iteration unless
+        ``rerandomize_each_iteration=True``."""
+        from tpudata.dataset.random_values import RandomDataset
+
+        return RandomDataset(seed, rerandomize_each_iteration)
+
+    @staticmethod
+    def list_files(file_pattern, shuffle: bool | None = None, seed: int | None = None,
                    storage_options: dict | None = None, **unknown):
-        """Files matching ``pattern`` (a glob or list of globs). As in TF they are shuffled
+        """Files matching ``file_pattern`` (a glob or list of globs). As in TF they are shuffled
         unless ``shuffle=False`` (then sorted like TF's MatchingFiles); give ``seed`` when
         several hosts ``shard()`` the list, so that they agree on the order."""
         from tpudata.dataset.sources import list_files
 
-        return list_files(pattern, shuffle, seed, storage_options, **unknown)
+        return list_files(file_pattern, shuffle, seed, storage_options, **unknown)
 
     @staticmethod
     def from_generator(generator: Callable, output_types=None, output_shapes=None, args=None,
@@ -193,6 +210,19 @@ class Dataset:
         from tpudata.dataset.generator import GeneratorDataset
 
         return GeneratorDataset(generator, output_types, output_shapes, args, output_signature)
+
+    @staticmethod
+    def load(path: str, element_spec=None, compression: str | None = None,
+             reader_func: Callable | None = None, wait: bool = False, *,
+             storage_options: dict | None = None) -> "Dataset":
+        """A dataset written by :meth:`save` at ``path`` (any fsspec URL), in the saved order,
+        with its element spec and cardinality. ``element_spec`` (optional) must match the saved
+        one; ``reader_func(datasets)`` reads the per-shard datasets another way; ``wait=True``
+        waits for a save in progress to complete. Not TensorFlow's snapshot format."""
+        from tpudata.dataset.load import LoadDataset
+
+        return LoadDataset(path, element_spec, compression, reader_func, wait,
+                           storage_options=storage_options)
 
     @staticmethod
     def choose_from_datasets(datasets, choice_dataset: "Dataset",
@@ -216,10 +246,17 @@ class Dataset:
                                     rerandomize_each_iteration)
 
     @staticmethod
-    def zip(datasets) -> "Dataset":
-        """Elements are tuples (or dicts) of the datasets' elements, until the shortest ends."""
+    def zip(*args, datasets=None) -> "Dataset":
+        """Elements are tuples (or dicts) of the datasets' elements, until the shortest ends:
+        ``zip((a, b))``, ``zip(a, b)`` or ``zip(datasets={"x": a, "y": b})`` as in TF."""
         from tpudata.dataset.zip import ZipDataset
 
+        if args and datasets is not None:
+            raise TypeError("zip(): give the datasets positionally or as datasets=, not both")
+        if datasets is None:
+            if not args:
+                raise TypeError("zip() needs datasets: zip(a, b), zip((a, b)) or zip(datasets=...)")
+            datasets = args[0] if len(args) == 1 else tuple(args)
         return ZipDataset(datasets)
 
     # -- transformations -------------------------------------------------------------------------
@@ -259,11 +296,13 @@ class Dataset:
         return ShuffleDataset(self, buffer_size, seed, reshuffle_each_iteration,
                               spill_url=spill_url, spill_bytes=spill_bytes)
 
-    def interleave(self, map_func: Callable, cycle_length: int | None = None, block_length: int = 1,
+    def interleave(self, map_func: Callable, cycle_length: int | None = None,
+                   block_length: int | None = None,
                    num_parallel_calls: int | None = None, deterministic: bool | None = None):
         """tf.data's interleave: ``cycle_length`` datasets in turn, ``block_length`` at a time.
 
-        ``num_parallel_calls`` reads the open datasets in background threads; with
+        ``block_length=None`` means 1 (as in TF). ``num_parallel_calls`` reads the open
+        datasets in background threads; with
         ``deterministic=False`` elements come from whichever dataset has one ready first.
         """
         from tpudata.dataset.interleave import InterleaveDataset
@@ -301,6 +340,41 @@ class Dataset:
 
         return FilterDataset(self, predicate)
 
+    def take_while(self, predicate: Callable) -> "Dataset":
+        """Elements while ``predicate(element)`` is True; the first False ends the dataset."""
+        from tpudata.dataset.take_while import TakeWhileDataset
+
+        return TakeWhileDataset(self, predicate)
+
+    def unique(self) -> "Dataset":
+        """Each distinct element (integer or bytes scalars) once, in first-seen order."""
+        from tpudata.dataset.unique import UniqueDataset
+
+        return UniqueDataset(self)
+
+    def reduce(self, initial_state, reduce_func: Callable):
+        """Run the whole dataset through ``reduce_func(state, element) -> state`` and return
+        the final state (numpy values with ``scan``'s rules; the element is one argument).
+
+        >>> int(Dataset.range(5).reduce(np.int64(0), lambda s, x: s + x))
+        10
+        """
+        from tpudata.dataset.scan import reduce_dataset
+
+        return reduce_dataset(self, initial_state, reduce_func)
+
+    def get_single_element(self):
+        """The dataset's only element; a dataset with none or more than one raises ValueError."""
+        with self.iterator() as it:
+            first = next(it, _NOTHING)
+            if first is _NOTHING:
+                raise ValueError("get_single_element(): the dataset is empty; it must have "
+                                 "exactly one element")
+            if next(it, _NOTHING) is not _NOTHING:
+                raise ValueError("get_single_element(): the dataset has more than one element; "
+                                 "take(1) or batch() it first")
+        return first
+
     def parse(self, features, num_parallel_calls: int | None = None) -> "Dataset":
         """Parse serialized tf.train.Examples with a feature spec, batch-level wherever it sits.
 
@@ -311,9 +385,14 @@ class Dataset:
 
         return parse_dataset(self, features, num_parallel_calls)
 
-    def batch(self, batch_size: int, drop_remainder: bool = False, pad_remainder: bool = False,
-              mask_key: str = "weight", num_batches: int | None = None) -> "Dataset":
+    def batch(self, batch_size: int, drop_remainder: bool = False,
+              num_parallel_calls: int | None = None, deterministic: bool | None = None, *,
+              pad_remainder: bool = False, mask_key: str = "weight",
+              num_batches: int | None = None) -> "Dataset":
         """Combine consecutive elements into batches.
+
+        ``num_parallel_calls`` and ``deterministic`` are accepted as in tf.data and change
+        nothing: batches are built whole with numpy, in order.
 
         ``drop_remainder=True`` drops a final short batch (static batch dimension).
         ``pad_remainder=True`` (exact-epoch evaluation) pads the final batch with zeros / empty
@@ -337,11 +416,14 @@ class Dataset:
 
         return UnbatchDataset(self)
 
-    def cache(self, url: str | None = None) -> "Dataset":
-        """Keep the elements of the first complete pass (in memory, or in files at ``url``)."""
+    def cache(self, filename: str = "", *, url: str | None = None) -> "Dataset":
+        """Keep the elements of the first complete pass: in memory (``filename=""``, TF's
+        default), or in files under the directory URL ``filename`` (``url=`` is the same)."""
         from tpudata.dataset.cache import CacheDataset
 
-        return CacheDataset(self, url)
+        if url is not None and filename:
+            raise TypeError("cache(): give filename or url, not both")
+        return CacheDataset(self, url if url is not None else filename)
 
     def prefetch(self, buffer_size: int = 2, max_bytes: int = 256 << 20) -> "Dataset":
         """Produce elements in a background thread, up to ``buffer_size`` elements ahead."""
@@ -405,6 +487,21 @@ class Dataset:
         from tpudata.dataset.ignore_errors import IgnoreErrorsDataset
 
         return IgnoreErrorsDataset(self, log_warning)
+
+    def save(self, path: str, compression: str | None = None, shard_func: Callable | None = None,
+             checkpoint_args=None, *, num_shards: int | None = None, progress: bool | None = None,
+             storage_options: dict | None = None) -> None:
+        """Write the elements to TFRecord shards in the directory ``path`` (any fsspec URL) with
+        the element spec, for :meth:`load`. ``compression``: None, "GZIP" or "ZLIB". Elements go
+        round-robin to ``num_shards`` shards (default: one per CPU, as TF) unless ``shard_func``
+        (element -> shard id) picks. Atomic: an interrupted save is never loadable, and a save
+        over an earlier one replaces it when complete. A progress bar shows on a terminal
+        (``progress=True/False`` forces it). ``checkpoint_args`` (TF's resumable save) raises.
+        """
+        from tpudata.dataset.save import save
+
+        save(self, path, compression, shard_func, checkpoint_args, num_shards=num_shards,
+             progress=progress, storage_options=storage_options)
 
     def with_options(self, options) -> "Dataset":
         """This dataset with ``options`` (a :class:`~tpudata.dataset.options.Options`) applied to

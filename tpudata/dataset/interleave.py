@@ -33,7 +33,7 @@ MAX_ROUND_ELEMENTS = 65536
 
 
 class InterleaveDataset(Dataset):
-    def __init__(self, input_ds: Dataset, map_func, cycle_length=None, block_length: int = 1,
+    def __init__(self, input_ds: Dataset, map_func, cycle_length=None, block_length=1,
                  num_parallel_calls=None, deterministic=None):
         super().__init__()
         if not callable(map_func):
@@ -41,6 +41,7 @@ class InterleaveDataset(Dataset):
         cpus = os.cpu_count() or 2
         if cycle_length is None or cycle_length == AUTOTUNE:
             cycle_length = cpus
+        block_length = 1 if block_length is None else block_length  # TF's None means 1
         if int(cycle_length) < 1 or int(block_length) < 1:
             raise ValueError("cycle_length and block_length must be >= 1")
         self.input = input_ds

@@ -146,4 +146,25 @@ class _ScanIterator(BlockIterator):
         self.input_it.close()
 
 
-__all__ = ["ScanDataset"]
+def reduce_dataset(input_ds, initial_state, reduce_func: Callable):
+    """``Dataset.reduce``: the final state of a scan whose output is its state (the initial
+    state, as numpy values, for an empty dataset)."""
+    if not callable(reduce_func):
+        raise TypeError(f"reduce() needs a callable, not {type(reduce_func).__name__}")
+
+    def step(state, element):
+        new = reduce_func(state, element)
+        return new, new
+
+    step.__qualname__ = function_name(reduce_func)
+    final = None
+    with ScanDataset(input_ds, initial_state, step).iterator() as it:
+        for final in it:
+            pass
+    if final is None:
+        tree, leaves = flatten(initial_state)
+        return unflatten(tree, [_leaf(v) for v in leaves])
+    return final
+
+
+__all__ = ["ScanDataset", "reduce_dataset"]

@@ -34,12 +34,45 @@ class ShardDataset(_Unary):
                 "same S on every host, or shuffle=False", UserWarning, stacklevel=3)
         files = getattr(input_ds, "files", None)
         if files is not None:
-            mine = len(range(index, len(files), num_shards))
-            if mine < FEW_FILES_PER_HOST:
-                logger.warning(
-                    "shard %d of %d gets %d of %d files; with fewer than ~%d files per host, "
-                    "shuffling and parallel reads are coarse - write more, smaller shards",
-                    index, num_shards, mine, len(files), FEW_FILES_PER_HOST)
+            shuffled = getattr(input_ds, "unseeded_file_shuffle", None) is not None
+            self._warn_few_files(list(files), getattr(input_ds, "storage_options", None) or {},
+                                 shuffled)
+
+    def _warn_few_files(self, files: list, storage_options: dict, shuffled: bool) -> None:
+        """Few files per host make shuffling and parallel reads coarse. Where the shards'
+        manifests are there, the warning counts this host's records too (files can differ
+        in size, and records are what a host trains on)."""
+        num_shards, index = self.num_shards, self.index
+        mine = len(range(index, len(files), num_shards))
+        if mine >= FEW_FILES_PER_HOST:
+            return
+        counts = None
+        try:
+            from tpudata.shards.manifest import record_counts
+
+            counts = record_counts(files, **storage_options)
+        except Exception as exc:  # counting is advice only: never fail shard() for it
+            logger.debug("shard: no record counts for the warning (%s)", exc)
+        if counts is None:
+            logger.warning(
+                "shard %d of %d gets %d of %d files; with fewer than ~%d files per host, "
+                "shuffling and parallel reads are coarse - write more, smaller shards",
+                index, num_shards, mine, len(files), FEW_FILES_PER_HOST)
+            return
+        if shuffled:  # which files a host gets depends on the shuffle: say the average
+            logger.warning(
+                "shard %d of %d gets %d of %d files, about %d of %d records (files are "
+                "shuffled first); with fewer than ~%d files per host, shuffling and parallel "
+                "reads are coarse - write more, smaller shards", index, num_shards, mine,
+                len(files), round(sum(counts) * mine / max(len(files), 1)), sum(counts),
+                FEW_FILES_PER_HOST)
+            return
+        per_host = [sum(counts[i::num_shards]) for i in range(num_shards)]
+        logger.warning(
+            "shard %d of %d gets %d of %d records (%d of %d files; hosts get %d to %d records); "
+            "with fewer than ~%d files per host, shuffling and parallel reads are coarse - "
+            "write more, smaller shards", index, num_shards, per_host[index], sum(counts), mine,
+            len(files), min(per_host), max(per_host), FEW_FILES_PER_HOST)
 
     def _make_iterator(self, ctx):
         it = _ShardIterator(self.input._make_iterator(ctx))

@@ -136,22 +136,23 @@ def _storage(op: str, storage_options, legacy: dict, valid) -> dict:
     return dict(storage_options or {})
 
 
-def list_files(pattern, shuffle: bool | None = None, seed: int | None = None,
+def list_files(file_pattern, shuffle: bool | None = None, seed: int | None = None,
                storage_options: dict | None = None, **unknown) -> Dataset:
     """Files matching a glob (or list of globs). As in TF, ``shuffle=None`` means True: the
     names are shuffled (seeded by ``seed``), again each epoch; ``shuffle=False`` keeps them
     sorted. Without a seed every process draws its own order, so ``.shard()`` after an
     unseeded shuffle gives hosts overlapping files: that combination warns."""
     storage_options = _storage("list_files", storage_options, unknown,
-                               ("pattern", "shuffle", "seed", "storage_options"))
+                               ("file_pattern", "shuffle", "seed", "storage_options"))
+    pattern = file_pattern
     patterns = [pattern] if isinstance(pattern, (str, os.PathLike)) else list(pattern)
     files: list[str] = []
     for p in patterns:
         files += storage.expand(os.fspath(p), **storage_options)
     files = sorted(files)
-    if shuffle is None or shuffle:
-        return ShuffledFileList(files, seed)
-    return FileListDataset(files)
+    ds = ShuffledFileList(files, seed) if shuffle is None or shuffle else FileListDataset(files)
+    ds.storage_options = storage_options  # to read the shards' manifests (counts, warnings)
+    return ds
 
 
 def ShuffledFileList(files: list[str], seed: int | None) -> Dataset:
@@ -275,7 +276,7 @@ READ_AHEAD_BYTES = 32 << 20
 
 
 def TFRecordDataset(filenames, compression_type: str | None = None,
-                    buffer_size: int | None = DEFAULT_BUFFER_SIZE,
+                    buffer_size: int | None = None,
                     num_parallel_reads: int | None = None, verify: bool = True,
                     on_error: str = "raise", compression: str | None = None,
                     read_ahead_bytes: int = READ_AHEAD_BYTES, use_mmap: bool = False,
@@ -362,16 +363,32 @@ class _FixedLengthFiles(_RecordFilesDataset):
                 f"({self.record_bytes} bytes)", path, None)
 
 
-def FixedLengthRecordDataset(filenames, record_bytes: int, header_bytes: int = 0,
-                             footer_bytes: int = 0, buffer_size: int | None = None,
+def _read_in_parallel(files: list[str], one, num_parallel_reads) -> Dataset:
+    """``num_parallel_reads=k`` files read at once in background threads, their records
+    interleaved one by one in a deterministic order (as tf.data's readers do)."""
+    k = os.cpu_count() or 2 if num_parallel_reads == AUTOTUNE else int(num_parallel_reads)
+    return FileListDataset(files).interleave(one, cycle_length=k, block_length=1,
+                                             num_parallel_calls=k, deterministic=True)
+
+
+def FixedLengthRecordDataset(filenames, record_bytes: int, header_bytes: int | None = None,
+                             footer_bytes: int | None = None, buffer_size: int | None = None,
                              compression_type: str | None = None,
+                             num_parallel_reads: int | None = None,
                              storage_options: dict | None = None, **unknown) -> Dataset:
-    """Fixed-size records after a header and before a footer, like tf.data's reader."""
+    """Fixed-size records after a header and before a footer, like tf.data's reader
+    (``header_bytes``/``footer_bytes`` None mean 0; ``num_parallel_reads`` as in
+    :func:`TFRecordDataset`)."""
     storage_options = _storage("FixedLengthRecordDataset", storage_options, unknown, (
         "filenames", "record_bytes", "header_bytes", "footer_bytes", "buffer_size",
-        "compression_type", "storage_options"))
-    return _FixedLengthFiles(_names(filenames), record_bytes, header_bytes, footer_bytes,
-                             buffer_size, compression_type, storage_options)
+        "compression_type", "num_parallel_reads", "storage_options"))
+    opts = (record_bytes, header_bytes or 0, footer_bytes or 0, buffer_size, compression_type,
+            storage_options)
+    files = _names(filenames)
+    if not num_parallel_reads or num_parallel_reads == 1 or len(files) == 1:
+        return _FixedLengthFiles(files, *opts)
+    return _read_in_parallel(files, lambda f: _FixedLengthFiles(_names(f), *opts),
+                             num_parallel_reads)
 
 
 class _TextLineFiles(_RecordFilesDataset):
@@ -411,11 +428,18 @@ class _TextLineFiles(_RecordFilesDataset):
 
 
 def TextLineDataset(filenames, compression_type: str | None = None, buffer_size: int | None = None,
-                    storage_options: dict | None = None, **unknown) -> Dataset:
-    """Lines of text files (without ``\\n`` / ``\\r\\n``), as bytes, like tf.data's reader."""
+                    num_parallel_reads: int | None = None, storage_options: dict | None = None,
+                    **unknown) -> Dataset:
+    """Lines of text files (without ``\\n`` / ``\\r\\n``), as bytes, like tf.data's reader
+    (``num_parallel_reads`` as in :func:`TFRecordDataset`)."""
     storage_options = _storage("TextLineDataset", storage_options, unknown, (
-        "filenames", "compression_type", "buffer_size", "storage_options"))
-    return _TextLineFiles(_names(filenames), compression_type, buffer_size, storage_options)
+        "filenames", "compression_type", "buffer_size", "num_parallel_reads", "storage_options"))
+    files = _names(filenames)
+    if not num_parallel_reads or num_parallel_reads == 1 or len(files) == 1:
+        return _TextLineFiles(files, compression_type, buffer_size, storage_options)
+    return _read_in_parallel(
+        files, lambda f: _TextLineFiles(_names(f), compression_type, buffer_size, storage_options),
+        num_parallel_reads)
 
 
 __all__ = [

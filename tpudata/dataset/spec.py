@@ -15,6 +15,7 @@ import numpy as np
 from tpudata.dataset.nest import flatten, leaf_paths, map_structure, unflatten
 from tpudata.errors import SpecError
 from tpudata.example.parse import VarLenValues
+from tpudata.example.structured import RaggedValues, SparseValues
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,18 @@ class TensorSpec:
 @dataclass(frozen=True, repr=False)
 class VarLenSpec(TensorSpec):
     """A VarLenFeature: ragged values (``tf.SparseTensorSpec``); ``shape`` has None for rows."""
+
+
+@dataclass(frozen=True, repr=False)
+class SparseSpec(TensorSpec):
+    """A SparseValues leaf (``tf.SparseTensorSpec``); ``shape`` is the dense shape."""
+
+
+@dataclass(frozen=True, repr=False)
+class RaggedSpec(TensorSpec):
+    """A RaggedValues leaf (``tf.RaggedTensorSpec``) with ``ragged_rank`` ragged dimensions."""
+
+    ragged_rank: int = 1
 
 
 BYTES = np.dtype(object)
@@ -69,10 +82,21 @@ def _static(ds):
 def _from_value(value, batch_dims: int = 0):
     if isinstance(value, VarLenValues):
         return VarLenSpec((None, None), value.values.dtype)
+    if isinstance(value, SparseValues):
+        return SparseSpec((None,) * len(value.dense_shape), _dtype_of(value.values))
+    if isinstance(value, RaggedValues):
+        rank = value.ragged_rank
+        return RaggedSpec((None,) * (rank + 1) + tuple(np.shape(value.flat_values)[1:]),
+                          _dtype_of(value.flat_values), rank)
     if isinstance(value, (bytes, str)):
         return TensorSpec((), BYTES)
     arr = np.asarray(value)
     return TensorSpec(arr.shape, arr.dtype if arr.dtype.kind not in "SUO" else BYTES)
+
+
+def _dtype_of(values) -> np.dtype:
+    dtype = np.asarray(values).dtype
+    return BYTES if dtype.kind in "SUO" else dtype
 
 
 def element_spec_of(ds):
@@ -167,6 +191,10 @@ def leaf_dtype(value) -> np.dtype:
         return BYTES
     if isinstance(value, VarLenValues):
         return value.values.dtype
+    if isinstance(value, SparseValues):
+        return _dtype_of(value.values)
+    if isinstance(value, RaggedValues):
+        return _dtype_of(value.flat_values)
     dtype = getattr(value, "dtype", None)
     if dtype is None:
         dtype = np.asarray(value).dtype

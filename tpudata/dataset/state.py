@@ -49,6 +49,10 @@ def from_jsonable(obj: Any) -> Any:
             from tpudata.dataset.window import window_from_jsonable
 
             return window_from_jsonable(from_jsonable(obj["__window__"]))
+        if "__saved_shard__" in obj:  # a shard of Dataset.load (reader_func's elements)
+            from tpudata.dataset.load import shard_from_jsonable
+
+            return shard_from_jsonable(obj["__saved_shard__"])
         return {k: from_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, list):
         return [from_jsonable(v) for v in obj]
