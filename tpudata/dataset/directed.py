@@ -149,7 +149,14 @@ class _CategoricalDataset(Dataset):
         super().__init__()
         self.cdf = np.cumsum(probs / probs.sum())
         self.seed = int(seed) if seed is not None else secrets.randbits(63)
+        self.unseeded = seed is None
         self.rerandomize = rerandomize
+
+    def _drawn_seed(self) -> int | None:
+        return self.seed if self.unseeded else None
+
+    def _set_drawn_seed(self, seed: int) -> None:
+        self.seed = int(seed)
 
     def _make_iterator(self, ctx):
         return _CategoricalIterator(self, ctx.path if self.rerandomize else ())

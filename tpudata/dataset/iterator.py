@@ -327,13 +327,25 @@ class Iterator:
                     self._close_chain()
 
     def get_state(self) -> dict:
+        from tpudata.dataset.seeds import drawn_seeds
+
         with self._lock:
-            return jsonable({"iteration": self._iteration, "cursor": self._cursor.get_state()})
+            state = {"iteration": self._iteration, "cursor": self._cursor.get_state()}
+            seeds = drawn_seeds(self._dataset)
+            if seeds:  # unseeded random ops go on with the saving run's seeds
+                state["seeds"] = seeds
+            return jsonable(state)
 
     def set_state(self, state: dict) -> None:
+        from tpudata.dataset.seeds import restore_seeds
+
         state = from_jsonable(state)
         with self._lock:
-            if int(state["iteration"]) != self._iteration:
+            if restore_seeds(self._dataset, state.get("seeds") or []):
+                self._it.close()
+                self._build(int(state["iteration"]))
+                self._iteration = int(state["iteration"])
+            elif int(state["iteration"]) != self._iteration:
                 self._it.close()
                 self._iteration = int(state["iteration"])
                 self._build(self._iteration)

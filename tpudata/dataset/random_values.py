@@ -39,6 +39,12 @@ class RandomDataset(Dataset):
             self._seed, self._pid = secrets.randbits(63), os.getpid()
         return self._seed
 
+    def _drawn_seed(self) -> int | None:
+        return None if self.seed is not None else self.process_seed()
+
+    def _set_drawn_seed(self, seed: int) -> None:
+        self._seed, self._pid = int(seed), os.getpid()
+
     def _make_iterator(self, ctx):
         key = tuple(ctx.path) if self.rerandomize_each_iteration else ()
         return _RandomIterator(self.process_seed(), key)

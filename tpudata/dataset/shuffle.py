@@ -57,6 +57,12 @@ class ShuffleDataset(Dataset):
             self._seed, self._pid = secrets.randbits(63), os.getpid()
         return self._seed
 
+    def _drawn_seed(self) -> int | None:
+        return None if self.seed is not None else self.process_seed()
+
+    def _set_drawn_seed(self, seed: int) -> None:
+        self._seed, self._pid = int(seed), os.getpid()
+
     def _make_iterator(self, ctx):
         return _ShuffleIterator(self, ctx)
 

@@ -1,0 +1,62 @@
+"""Seeds drawn for unseeded random ops, carried in the iterator's state.
+
+An unseeded ``shuffle`` (or ``list_files``, ``Dataset.random``, ``sample_from_datasets``) draws
+its seed when the Dataset is built. A checkpoint restored into a freshly built pipeline must go on
+with the seeds of the run that saved it, not the new ones, or every epoch after the restore would
+be ordered differently from the uninterrupted run (tf.data saves its seed generators' seeds in
+the iterator checkpoint too). ``Iterator.get_state`` records them; ``set_state`` puts them back.
+
+A random op takes part by defining ``_drawn_seed()`` (``None`` when the user gave a seed) and
+``_set_drawn_seed(seed)``.
+"""
+
+from __future__ import annotations
+
+
+def _children(ds) -> list:
+    from tpudata.dataset.base import Dataset
+
+    out = []
+    for value in ds.__dict__.values():  # constructor order: the same for the same pipeline
+        if isinstance(value, Dataset):
+            out.append(value)
+        elif isinstance(value, (list, tuple)):
+            out.extend(v for v in value if isinstance(v, Dataset))
+    return out
+
+
+def random_nodes(ds) -> list:
+    """The unseeded random ops of the pipeline ``ds``, in a fixed depth-first order."""
+    found, seen, stack = [], set(), [ds]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        drawn = getattr(node, "_drawn_seed", None)
+        if drawn is not None and drawn() is not None:
+            found.append(node)
+        stack.extend(reversed(_children(node)))
+    return found
+
+
+def drawn_seeds(ds) -> list[int]:
+    """The seeds the unseeded random ops of ``ds`` use in this process."""
+    return [int(node._drawn_seed()) for node in random_nodes(ds)]
+
+
+def restore_seeds(ds, seeds: list) -> bool:
+    """Give the unseeded random ops of ``ds`` the saved ``seeds``; True if any changed. A list of
+    another length (the state belongs to another pipeline) is left to the state check."""
+    nodes = random_nodes(ds)
+    if len(nodes) != len(seeds):
+        return False
+    changed = False
+    for node, seed in zip(nodes, seeds):
+        if int(node._drawn_seed()) != int(seed):
+            node._set_drawn_seed(int(seed))
+            changed = True
+    return changed
+
+
+__all__ = ["drawn_seeds", "random_nodes", "restore_seeds"]
