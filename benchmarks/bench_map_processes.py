@@ -8,7 +8,11 @@ Two CPU-bound functions that hold the GIL, over in-memory elements:
 - features: a pure-Python loop (~1 ms) that fills a ~100 KB float32 array per element (travels
   through shared memory).
 
-The peer is the same function applied in-line in this process (``[fn(x) for x in elements]``).
+The peer is the same function applied in-line in this process (``[fn(x) for x in elements]``);
+the Dataset rows run ``Dataset.from_tensor_slices(elements).map(fn)`` in-line against ``map(fn,
+num_parallel_calls=workers, use_processes=True)`` (chunks of elements per task, see
+``tpudata.dataset.procmap``), rate measured after the first element (start-up printed apart, and
+the ratio with it included).
 ProcessMapper runs with ``num_workers`` processes (default 2, the cores of the dev machine), with
 the default ``max_in_flight`` (2 per worker: one element per message) and with a larger one (room
 to send quick elements in chunks); its start-up (first results) is reported apart, and the rate
@@ -132,6 +136,31 @@ def check_results(fn, elements, workers: int) -> None:
                 assert np.array_equal(value, expected)
 
 
+def dataset_rate(name, fn, elements, workers: int | None) -> tuple:
+    """The same work through the Dataset: ``map(fn)`` in-line (``workers`` None) or ``map(fn,
+    num_parallel_calls=workers, use_processes=True)``. Returns (elements/s after the first
+    element, elements/s start-up included, start-up s, parent CPU s/element, workers' CPU
+    s/element)."""
+    from tpudata.dataset import Dataset
+
+    source = np.array(elements, dtype=object) if name == "tokenize" else np.array(elements)
+    kw = {} if workers is None else {"num_parallel_calls": workers, "use_processes": True}
+    ds = Dataset.from_tensor_slices(source).map(fn, **kw)
+    start = time.perf_counter()
+    with ds.iterator() as it:
+        next(it)  # start-up: the workers start and send their first chunk
+        startup = time.perf_counter() - start
+        pids = [p.pid for p in multiprocessing.active_children() if p.name.startswith("tpudata-map")]
+        workers_cpu, parent_cpu = cpu_seconds(pids), time.process_time()
+        t0 = time.perf_counter()
+        count = 1 + sum(1 for _ in it)
+        end = time.perf_counter()
+        parent_cpu = (time.process_time() - parent_cpu) / (count - 1)
+        workers_cpu = (cpu_seconds(pids) - workers_cpu) / (count - 1)
+    assert count == len(elements)
+    return ((count - 1) / (end - t0), count / (end - start), startup, parent_cpu, workers_cpu)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
@@ -149,10 +178,13 @@ def main(argv=None) -> None:
         check_results(fn, elements, args.workers)
         settings = (None, args.max_in_flight)
         inline, procs = [], {m: [] for m in settings}
+        ds_inline, ds_procs = [], []
         for _ in range(args.repeat):  # interleaved, so that a change of load hits both sides
             inline.append(inline_rate(fn, elements))
             for max_in_flight in settings:
                 procs[max_in_flight].append(process_rate(fn, elements, args.workers, max_in_flight))
+            ds_inline.append(dataset_rate(name, fn, elements, None))
+            ds_procs.append(dataset_rate(name, fn, elements, args.workers))
         one, one_cpu = max(inline)
         print(f"{name:9s} {len(elements):6d} elements: in-line {one:8.0f}/s   "
               f"(CPU {one_cpu * 1e6:.0f} us/element)", flush=True)
@@ -164,28 +196,16 @@ def main(argv=None) -> None:
                   f"{startup:.2f} s; CPU us/element: parent {parent_cpu * 1e6:.0f}, workers "
                   f"{workers_cpu * 1e6:.0f}; CPU-time bound on {cores} idle cores "
                   f"{cores * one_cpu / (parent_cpu + workers_cpu):.2f}x)", flush=True)
-        dataset_case(name, fn, elements, args)
-
-
-def dataset_case(name, fn, elements, args) -> None:
-    """The same work through the Dataset: ``map(fn)`` in-line against ``map(fn,
-    num_parallel_calls=workers, use_processes=True)`` (the Dataset's default window of 32)."""
-    from tpudata.dataset import Dataset
-
-    def rate(**kw) -> float:
-        ds = Dataset.from_tensor_slices(np.array(elements, dtype=object) if name == "tokenize"
-                                        else np.array(elements)).map(fn, **kw)
-        best = 0.0
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            n = sum(1 for _ in ds)
-            best = max(best, n / (time.perf_counter() - t0))
-        return best
-
-    one = rate()
-    many = rate(num_parallel_calls=args.workers, use_processes=True)
-    print(f"    Dataset.map in-line {one:8.0f}/s; map(num_parallel_calls={args.workers}, "
-          f"use_processes=True) {many:8.0f}/s   ratio {many / one:.2f}x (start-up included)", flush=True)
+        ds_one, _, _, ds_one_cpu, _ = max(ds_inline)
+        best, with_startup, startup, parent_cpu, workers_cpu = max(ds_procs)
+        print(f"    {'Dataset.map(fn) in-line':38s} {ds_one:8.0f}/s   (CPU {ds_one_cpu * 1e6:.0f} "
+              "us/element)", flush=True)
+        label = f"Dataset.map(fn, {args.workers}, use_processes)"
+        print(f"    {label:38s} {best:8.0f}/s   ratio {best / ds_one:.2f}x vs Dataset in-line, "
+              f"{best / one:.2f}x vs fn in-line   (start-up {startup:.2f} s, ratio with it "
+              f"{with_startup / ds_one:.2f}x; CPU us/element: parent {parent_cpu * 1e6:.0f}, "
+              f"workers {workers_cpu * 1e6:.0f}; CPU-time bound on {cores} idle cores "
+              f"{cores * ds_one_cpu / (parent_cpu + workers_cpu):.2f}x)", flush=True)
 
 
 if __name__ == "__main__":

@@ -68,3 +68,21 @@ def fail_on_five(x):
     if int(x) == 5:
         raise KeyError(f"no token for {int(x)}")
     return x
+
+
+def half_after_four(x):
+    """int64 for x < 4, then float64: a dtype change inside one chunk of a process map."""
+    n = int(x)
+    return np.int64(n) if n < 4 else np.float64(n + 0.5)
+
+
+def pair_after_four(x):
+    """A scalar for x < 4, then a tuple: a structure change inside one chunk."""
+    n = int(x)
+    return np.int64(n) if n < 4 else (np.int64(n), np.int64(n))
+
+
+def ragged(x):
+    """A pure-Python function with ragged outputs (object columns) and a bytes leaf."""
+    n = int(x)
+    return {"ids": np.arange(n % 5, dtype=np.int32), "tag": f"t{n}".encode(), "pid": os.getpid()}

@@ -247,17 +247,20 @@ class Dataset:
 
     def shuffle(self, buffer_size: int, seed: int | None = None,
                 reshuffle_each_iteration: bool = True, *, spill_url: str | None = None,
-                spill_bytes: int = 16 << 20) -> "Dataset":
+                spill_bytes: int = 16 << 20, spill_keep: int | None = None) -> "Dataset":
         """tf.data's buffered shuffle: fill ``buffer_size`` elements, emit one at random, refill.
 
         Checkpoints name buffered TFRecord records by file and offset; other buffered elements
         are carried in the state, or - above ``spill_bytes`` with ``spill_url`` set (e.g. the
-        checkpoint's directory) - written to a file there that the state names.
+        checkpoint's directory) - written to a file there that the state names. Those files
+        belong to the states naming them: ``spill_keep=N`` removes the files of states older
+        than the iterator's last N; ``tpudata.dataset.spill.remove_spilled(state)`` removes a
+        deleted checkpoint's files, ``prune_spilled(spill_url, keep=states)`` any others.
         """
         from tpudata.dataset.shuffle import ShuffleDataset
 
         return ShuffleDataset(self, buffer_size, seed, reshuffle_each_iteration,
-                              spill_url=spill_url, spill_bytes=spill_bytes)
+                              spill_url=spill_url, spill_bytes=spill_bytes, spill_keep=spill_keep)
 
     def interleave(self, map_func: Callable, cycle_length: int | None = None, block_length: int = 1,
                    num_parallel_calls: int | None = None, deterministic: bool | None = None):
@@ -286,7 +289,8 @@ class Dataset:
         ``num_parallel_calls=N`` (or ``AUTOTUNE``: one per core) runs up to N calls at once on
         threads (for work that releases the GIL: decoding, numpy); ``use_processes=True`` runs
         them in spawned worker processes instead (Python that holds the GIL; needs picklable,
-        module-level functions). ``deterministic=False`` yields results as they complete.
+        module-level functions; a task is a chunk of up to 8 elements, at most max(64, 32 * N)
+        elements in flight). ``deterministic=False`` yields results as they complete.
         ``output_signature`` (a structure of TensorSpec) declares the output spec (otherwise
         ``element_spec`` traces the function on dummy elements); outputs that disagree raise.
         """
