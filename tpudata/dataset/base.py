@@ -263,16 +263,21 @@ class Dataset:
                               spill_url=spill_url, spill_bytes=spill_bytes, spill_keep=spill_keep)
 
     def interleave(self, map_func: Callable, cycle_length: int | None = None, block_length: int = 1,
-                   num_parallel_calls: int | None = None, deterministic: bool | None = None):
+                   num_parallel_calls: int | None = None, deterministic: bool | None = None, *,
+                   use_processes: bool = False):
         """tf.data's interleave: ``cycle_length`` datasets in turn, ``block_length`` at a time.
 
         ``num_parallel_calls`` reads the open datasets in background threads; with
         ``deterministic=False`` elements come from whichever dataset has one ready first.
+        ``use_processes=True`` calls ``map_func`` and runs the dataset it returns in
+        ``num_parallel_calls`` (default: one per core) forkserver/spawn worker processes, a
+        file per worker at a time, blocks read ahead (per-file Python that holds the GIL;
+        ``map_func`` must pickle). Same order and element-exact state.
         """
         from tpudata.dataset.interleave import InterleaveDataset
 
         return InterleaveDataset(self, map_func, cycle_length, block_length, num_parallel_calls,
-                                 deterministic)
+                                 deterministic, use_processes=use_processes)
 
     def flat_map(self, map_func: Callable) -> "Dataset":
         """Concatenate the datasets ``map_func`` returns for each element (called on demand)."""

@@ -143,6 +143,49 @@ class ProcessMapper:
             raise ValueError("ProcessMapper is closed")
         return self._iterate(iter(elements))
 
+    def submit(self, element: Any, worker: int) -> int:
+        """Send ``element`` to worker number ``worker`` now (after what it was sent before: a
+        worker serves its elements in order, so ``fn`` may keep state between them); returns
+        the element's number, which :meth:`collect` gives back with its result. The caller
+        bounds how many are in flight. Not while an :meth:`imap` runs."""
+        with self._lock:
+            if self._closed:
+                raise ValueError("ProcessMapper is closed")
+            if self._broken is not None:
+                raise self._broken_again()
+            if self._session is None:
+                self._session = _Session(False)
+                self._session.direct = True
+            elif not self._session.direct:
+                raise ValueError("an imap() of this ProcessMapper is running")
+            session = self._session
+        number = session.pulled
+        if not self._send(session, self._workers[worker], [element]):
+            raise ValueError("ProcessMapper is closed")
+        return number
+
+    def collect(self, timeout: float | None = None) -> list[tuple[int, WorkerError | None, Any]]:
+        """``(number, error, result)`` of submitted elements that came back, in completion order;
+        when none has, waits up to ``timeout`` seconds (None: until one does). ``[]`` once
+        closed; raises the :class:`~tpudata.errors.WorkerError` of a worker that died."""
+        session = self._session
+        if session is None or not session.direct:
+            return []
+        waited = False
+        while True:
+            if session.fatal is not None:
+                raise session.fatal
+            out = []
+            item = session.pop_ready()
+            while item is not None:
+                out.append(item)
+                item = session.pop_ready()
+            if out or (waited and timeout is not None):
+                return out
+            if not self._wait(timeout):
+                return []
+            waited = True
+
     def close(self) -> None:
         """Stop the workers (within ~1 s) and free shared memory; idempotent, any thread."""
         with self._lock:
@@ -288,14 +331,15 @@ class ProcessMapper:
             worker.freed = []
         return True
 
-    def _wait(self) -> bool:
-        """Block until a worker reports; handle what came. False when the mapper was closed."""
+    def _wait(self, timeout: float | None = None) -> bool:
+        """Block until a worker reports (or ``timeout``); handle what came. False when the
+        mapper was closed."""
         with self._lock:
             if self._closed:
                 return False
             self._waiting = True
         try:
-            events = self._selector.select()
+            events = self._selector.select(timeout)
         finally:
             with self._lock:
                 self._waiting = False
@@ -471,6 +515,7 @@ class _Session:
         self.ready: dict[int, tuple] = {}
         self.done: deque = deque()
         self.fatal: WorkerError | None = None
+        self.direct = False  # submit()/collect() rather than imap()
         self.input_error: Exception | None = None  # what the input iterator raised
 
     def put(self, position: int, error: WorkerError | None, value: Any) -> None:
