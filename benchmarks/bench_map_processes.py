@@ -21,8 +21,11 @@ Prints throughput and the ratio (best of --repeat, the sides interleaved), and t
 element of each side (from /proc): on a shared machine, ``cores x in-line CPU / (parent + workers
 CPU)`` bounds what the ratio can be on idle cores.
 
+Then interleave's per-file function: 8 TFRecord files of texts, ``interleave(lambda f:
+TFRecordDataset(f).map(tokenize), cycle_length=4)`` on threads against ``use_processes=True``.
+
     python benchmarks/bench_map_processes.py [--workers 2] [--texts 50000] [--arrays 5000]
-        [--repeat 3] [--max-in-flight 64]
+        [--repeat 3] [--max-in-flight 64] [--only tokenize features interleave]
 """
 
 from __future__ import annotations
@@ -161,6 +164,54 @@ def dataset_rate(name, fn, elements, workers: int | None) -> tuple:
     return ((count - 1) / (end - t0), count / (end - start), startup, parent_cpu, workers_cpu)
 
 
+def tokenize_file(path) -> "Dataset":
+    """interleave's per-file function: a TFRecord file of texts, tokenized in Python."""
+    from tpudata.dataset import TFRecordDataset
+
+    return TFRecordDataset(path.decode() if isinstance(path, bytes) else str(path)).map(
+        tokenize_record)
+
+
+def tokenize_record(record: bytes) -> np.ndarray:
+    return tokenize(record.decode())
+
+
+def interleave_case(args) -> None:
+    """interleave(tokenize_file, cycle_length=4) over 8 files: the per-file datasets on
+    ``workers`` threads (they hold the GIL) against ``use_processes=True``."""
+    import tempfile
+
+    import tpudata
+    from tpudata.dataset import Dataset
+
+    texts = make_texts(args.texts // 4)
+    with tempfile.TemporaryDirectory() as d:
+        paths = []
+        for k in range(8):
+            paths.append(os.path.join(d, f"texts-{k:05d}"))
+            tpudata.write_records(paths[-1], [t.encode() for t in texts[k::8]])
+
+        def rate(**kw) -> tuple[float, float]:
+            ds = Dataset.from_tensor_slices(paths).interleave(tokenize_file, cycle_length=4, **kw)
+            start = time.perf_counter()
+            with ds.iterator() as it:
+                next(it)
+                t0 = time.perf_counter()
+                n = 1 + sum(1 for _ in it)
+                end = time.perf_counter()
+            assert n == len(texts)
+            return (n - 1) / (end - t0), t0 - start
+
+        threads, procs = [], []
+        for _ in range(args.repeat):
+            threads.append(rate(num_parallel_calls=args.workers))
+            procs.append(rate(num_parallel_calls=args.workers, use_processes=True))
+        (one, _), (many, startup) = max(threads), max(procs)
+        print(f"interleave {len(texts):6d} texts in 8 files, per-file map(tokenize): "
+              f"{args.workers} threads {one:8.0f}/s; use_processes=True {many:8.0f}/s   ratio "
+              f"{many / one:.2f}x (start-up {startup:.2f} s)", flush=True)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
@@ -169,12 +220,15 @@ def main(argv=None) -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--max-in-flight", type=int, default=64,
                         help="also measured besides the default (2 * workers): room for chunks")
+    parser.add_argument("--only", nargs="*", default=["tokenize", "features", "interleave"])
     args = parser.parse_args(argv)
     print(f"cores: {os.cpu_count()}, workers: {args.workers}, load average: "
           f"{os.getloadavg()[0]:.2f} (other processes on the machine skew both sides)")
     cases = [("tokenize", tokenize, make_texts(args.texts)),
              ("features", features, list(range(args.arrays)))]
     for name, fn, elements in cases:
+        if name not in args.only:
+            continue
         check_results(fn, elements, args.workers)
         settings = (None, args.max_in_flight)
         inline, procs = [], {m: [] for m in settings}
@@ -206,6 +260,8 @@ def main(argv=None) -> None:
               f"{with_startup / ds_one:.2f}x; CPU us/element: parent {parent_cpu * 1e6:.0f}, "
               f"workers {workers_cpu * 1e6:.0f}; CPU-time bound on {cores} idle cores "
               f"{cores * ds_one_cpu / (parent_cpu + workers_cpu):.2f}x)", flush=True)
+    if "interleave" in args.only:
+        interleave_case(args)
 
 
 if __name__ == "__main__":
