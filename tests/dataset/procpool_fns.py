@@ -120,3 +120,10 @@ def _third(record):
     if _seen["n"] == 3:
         raise RuntimeError("the third record is bad")
     return record
+
+
+def sleepy_file(path):
+    """A per-file dataset whose elements take a minute each (for close() tests)."""
+    from tpudata.dataset import Dataset
+
+    return Dataset.range(3).map(sleep_forever)

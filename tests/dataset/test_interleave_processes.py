@@ -101,3 +101,41 @@ def test_close_stops_the_workers(files):
     while _workers() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _workers()
+
+
+@pytest.mark.parametrize("kind", ["map", "interleave"])
+def test_close_from_another_thread_while_a_worker_runs_long(kind):
+    import threading
+
+    from tests.dataset.procpool_fns import sleep_forever, sleepy_file
+
+    if kind == "map":
+        ds = Dataset.range(10).map(sleep_forever, num_parallel_calls=2, use_processes=True)
+    else:
+        ds = Dataset.range(4).interleave(sleepy_file, cycle_length=2, num_parallel_calls=2,
+                                         use_processes=True)
+    it = ds.iterator()
+    result = {}
+
+    def consume():
+        try:
+            next(it)
+            result["got"] = "element"
+        except StopIteration:
+            result["got"] = "StopIteration"
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    deadline = time.monotonic() + 20
+    while len(_workers()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the workers are inside the minute-long calls
+    t0 = time.monotonic()
+    it.close()
+    closed_in = time.monotonic() - t0
+    consumer.join(5)
+    assert closed_in < 1.5 and result == {"got": "StopIteration"}, (closed_in, result)
+    deadline = time.monotonic() + 3
+    while _workers() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _workers()  # no process outlives the iterator
