@@ -20,20 +20,24 @@ from __future__ import annotations
 import itertools
 import logging
 import multiprocessing
-import multiprocessing.connection
 import os
 import pickle
 import secrets
 import selectors
-import signal
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from tpudata import _accel
 from tpudata.dataset import _procworker, _shm
+from tpudata.dataset._procstart import (
+    dumps_fn as _dumps_fn,
+    preload_forkserver as _preload_forkserver,
+    signal_name as _signal_name,
+    start_method as _start_method,
+    stop_processes as _stop_processes,
+)
 from tpudata.errors import NotPicklableError, WorkerError
 
 logger = logging.getLogger(__name__)
@@ -542,57 +546,6 @@ class _Session:
 
 # -- helpers of the parent ----------------------------------------------------------------------
 
-def _start_method(start_method: str | None) -> str:
-    available = multiprocessing.get_all_start_methods()
-    if start_method is None:
-        return "forkserver" if "forkserver" in available else "spawn"
-    if start_method == "fork":
-        raise ValueError("start_method='fork' is refused: forking a process that runs threads or "
-                         "has JAX/torch initialised can deadlock; use 'forkserver' or 'spawn'")
-    if start_method not in ("forkserver", "spawn") or start_method not in available:
-        usable = [m for m in ("forkserver", "spawn") if m in available]
-        raise ValueError(f"start_method must be one of {usable} or None, got {start_method!r}")
-    return start_method
-
-
-_PRELOAD = ("tpudata.dataset._procworker", "tpudata.dataset.procmap")
-
-
-def _preload_forkserver(ctx) -> None:
-    """Have the fork server (when it is not running yet) import the worker's modules once, so
-    that each worker forked from it starts in milliseconds instead of importing numpy and
-    tpudata again (~0.3-1 s; the server's own ``__main__`` preload does not take effect on
-    Python < 3.13). Adds to the modules already asked for; a running server is left as is."""
-    from multiprocessing import forkserver
-
-    server = getattr(forkserver, "_forkserver", None)
-    if server is None or getattr(server, "_forkserver_pid", None) is not None:
-        return
-    modules = list(getattr(server, "_preload_modules", None) or ["__main__"])
-    missing = [m for m in _PRELOAD if m not in modules]
-    if missing:
-        ctx.set_forkserver_preload(modules + missing)
-
-
-def _dumps_fn(fn: Callable) -> bytes:
-    try:
-        import cloudpickle
-    except ImportError:
-        cloudpickle = None
-    try:
-        if cloudpickle is not None:
-            return cloudpickle.dumps(fn)
-        return pickle.dumps(fn, protocol=5)
-    except Exception as e:
-        hint = ("cloudpickle could not pickle it either (does it hold a lock, a file or a "
-                "generator?)") if cloudpickle is not None else (
-                "use a function defined with `def` at the top level of a module, not a lambda or "
-                "a nested function (or install cloudpickle, which ProcessMapper then uses)")
-        raise NotPicklableError(
-            f"ProcessMapper sends fn to worker processes, so it must pickle, but {fn!r} does not "
-            f"({type(e).__name__}: {e}); {hint}") from e
-
-
 def _not_picklable(chunk: list, first: int, fn_name: str) -> NotPicklableError:
     position, reason = first, "?"
     for position, element in enumerate(chunk, first):
@@ -615,36 +568,8 @@ def _loads_exception(exc_bytes: bytes | None) -> BaseException | None:
         return None
 
 
-def _stop_processes(processes: list) -> None:
-    """Wait briefly for processes told to stop, then terminate and finally kill the rest."""
-    alive = [p for p in processes if p.is_alive()]
-    deadline = time.monotonic() + _STOP_GRACE_S
-    while alive and time.monotonic() < deadline:
-        multiprocessing.connection.wait([p.sentinel for p in alive], deadline - time.monotonic())
-        alive = [p for p in alive if p.is_alive()]
-    for p in alive:
-        p.terminate()
-    deadline = time.monotonic() + _JOIN_S
-    for p in alive:
-        p.join(max(0.0, deadline - time.monotonic()))
-    for p in alive:
-        if p.is_alive():
-            logger.warning("worker process %d ignored SIGTERM; killing it", p.pid)
-            p.kill()
-            p.join()
-    for p in processes:
-        p.join()
-
-
 def _write_quietly(fd: int) -> None:
     try:
         os.write(fd, b"x")
     except OSError:  # full (already woken) or closed
         pass
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return str(number)
