@@ -191,25 +191,38 @@ def interleave_case(args) -> None:
             paths.append(os.path.join(d, f"texts-{k:05d}"))
             tpudata.write_records(paths[-1], [t.encode() for t in texts[k::8]])
 
-        def rate(**kw) -> tuple[float, float]:
+        def rate(**kw) -> tuple:
+            """(elements/s after the first, start-up s, parent CPU s/element, workers' CPU)."""
             ds = Dataset.from_tensor_slices(paths).interleave(tokenize_file, cycle_length=4, **kw)
             start = time.perf_counter()
             with ds.iterator() as it:
                 next(it)
                 t0 = time.perf_counter()
+                pids = [p.pid for p in multiprocessing.active_children()
+                        if p.name.startswith("tpudata-map")]
+                workers_cpu, parent_cpu = cpu_seconds(pids), time.process_time()
                 n = 1 + sum(1 for _ in it)
                 end = time.perf_counter()
+                parent_cpu = (time.process_time() - parent_cpu) / (n - 1)
+                workers_cpu = (cpu_seconds(pids) - workers_cpu) / (n - 1)
             assert n == len(texts)
-            return (n - 1) / (end - t0), t0 - start
+            return (n - 1) / (end - t0), t0 - start, parent_cpu, workers_cpu
 
-        threads, procs = [], []
+        inline, threads, procs = [], [], []
         for _ in range(args.repeat):
+            inline.append(rate())
             threads.append(rate(num_parallel_calls=args.workers))
             procs.append(rate(num_parallel_calls=args.workers, use_processes=True))
-        (one, _), (many, startup) = max(threads), max(procs)
-        print(f"interleave {len(texts):6d} texts in 8 files, per-file map(tokenize): "
-              f"{args.workers} threads {one:8.0f}/s; use_processes=True {many:8.0f}/s   ratio "
-              f"{many / one:.2f}x (start-up {startup:.2f} s)", flush=True)
+        one, _, one_cpu, _ = max(inline)
+        threaded = max(threads)[0]
+        many, startup, parent_cpu, workers_cpu = max(procs)
+        cores = min(args.workers, os.cpu_count() or 1)
+        print(f"interleave {len(texts):6d} texts in 8 files, per-file map(tokenize): in-line "
+              f"{one:8.0f}/s (CPU {one_cpu * 1e6:.0f} us/element); {args.workers} threads "
+              f"{threaded:8.0f}/s ({threaded / one:.2f}x); use_processes=True {many:8.0f}/s "
+              f"({many / one:.2f}x; start-up {startup:.2f} s; CPU us/element: parent "
+              f"{parent_cpu * 1e6:.0f}, workers {workers_cpu * 1e6:.0f}; CPU-time bound on "
+              f"{cores} idle cores {cores * one_cpu / (parent_cpu + workers_cpu):.2f}x)", flush=True)
 
 
 def main(argv=None) -> None:
