@@ -127,3 +127,10 @@ def sleepy_file(path):
     from tpudata.dataset import Dataset
 
     return Dataset.range(3).map(sleep_forever)
+
+
+def plain_file(path):
+    """A per-file dataset of the file's raw records (their origins can name them)."""
+    from tpudata.dataset import TFRecordDataset
+
+    return TFRecordDataset(path.decode() if isinstance(path, bytes) else str(path))

@@ -139,3 +139,20 @@ def test_close_from_another_thread_while_a_worker_runs_long(kind):
     while _workers() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _workers()  # no process outlives the iterator
+
+
+def test_a_shuffle_after_it_names_the_records_read_in_workers(files):
+    from tests.dataset.procpool_fns import plain_file
+
+    def make():
+        return Dataset.from_tensor_slices(files).interleave(
+            plain_file, cycle_length=2, num_parallel_calls=2, use_processes=True).shuffle(12, seed=3)
+
+    with make().iterator() as it:
+        first = [next(it) for _ in range(10)]
+        state = json.loads(json.dumps(it.get_state()))
+    text = json.dumps(state)
+    assert "offsets" in text and "elements" not in text  # origins came back with the blocks
+    with make().iterator(state) as it:
+        rest = list(it)
+    assert first + rest == outputs(make())
