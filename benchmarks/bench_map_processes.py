@@ -8,7 +8,11 @@ Two CPU-bound functions that hold the GIL, over in-memory elements:
 - features: a pure-Python loop (~1 ms) that fills a ~100 KB float32 array per element (travels
   through shared memory).
 
-The peer is the same function applied in-line in this process (``[fn(x) for x in elements]``).
+The peer is the same function applied in-line in this process (``[fn(x) for x in elements]``);
+the Dataset rows run ``Dataset.from_tensor_slices(elements).map(fn)`` in-line against ``map(fn,
+num_parallel_calls=workers, use_processes=True)`` (chunks of elements per task, see
+``tpudata.dataset.procmap``), rate measured after the first element (start-up printed apart, and
+the ratio with it included).
 ProcessMapper runs with ``num_workers`` processes (default 2, the cores of the dev machine), with
 the default ``max_in_flight`` (2 per worker: one element per message) and with a larger one (room
 to send quick elements in chunks); its start-up (first results) is reported apart, and the rate
@@ -17,8 +21,11 @@ Prints throughput and the ratio (best of --repeat, the sides interleaved), and t
 element of each side (from /proc): on a shared machine, ``cores x in-line CPU / (parent + workers
 CPU)`` bounds what the ratio can be on idle cores.
 
+Then interleave's per-file function: 8 TFRecord files of texts, ``interleave(lambda f:
+TFRecordDataset(f).map(tokenize), cycle_length=4)`` on threads against ``use_processes=True``.
+
     python benchmarks/bench_map_processes.py [--workers 2] [--texts 50000] [--arrays 5000]
-        [--repeat 3] [--max-in-flight 64]
+        [--repeat 3] [--max-in-flight 64] [--only tokenize features interleave]
 """
 
 from __future__ import annotations
@@ -132,6 +139,92 @@ def check_results(fn, elements, workers: int) -> None:
                 assert np.array_equal(value, expected)
 
 
+def dataset_rate(name, fn, elements, workers: int | None) -> tuple:
+    """The same work through the Dataset: ``map(fn)`` in-line (``workers`` None) or ``map(fn,
+    num_parallel_calls=workers, use_processes=True)``. Returns (elements/s after the first
+    element, elements/s start-up included, start-up s, parent CPU s/element, workers' CPU
+    s/element)."""
+    from tpudata.dataset import Dataset
+
+    source = np.array(elements, dtype=object) if name == "tokenize" else np.array(elements)
+    kw = {} if workers is None else {"num_parallel_calls": workers, "use_processes": True}
+    ds = Dataset.from_tensor_slices(source).map(fn, **kw)
+    start = time.perf_counter()
+    with ds.iterator() as it:
+        next(it)  # start-up: the workers start and send their first chunk
+        startup = time.perf_counter() - start
+        pids = [p.pid for p in multiprocessing.active_children() if p.name.startswith("tpudata-map")]
+        workers_cpu, parent_cpu = cpu_seconds(pids), time.process_time()
+        t0 = time.perf_counter()
+        count = 1 + sum(1 for _ in it)
+        end = time.perf_counter()
+        parent_cpu = (time.process_time() - parent_cpu) / (count - 1)
+        workers_cpu = (cpu_seconds(pids) - workers_cpu) / (count - 1)
+    assert count == len(elements)
+    return ((count - 1) / (end - t0), count / (end - start), startup, parent_cpu, workers_cpu)
+
+
+def tokenize_file(path) -> "Dataset":
+    """interleave's per-file function: a TFRecord file of texts, tokenized in Python."""
+    from tpudata.dataset import TFRecordDataset
+
+    return TFRecordDataset(path.decode() if isinstance(path, bytes) else str(path)).map(
+        tokenize_record)
+
+
+def tokenize_record(record: bytes) -> np.ndarray:
+    return tokenize(record.decode())
+
+
+def interleave_case(args) -> None:
+    """interleave(tokenize_file, cycle_length=4) over 8 files: the per-file datasets on
+    ``workers`` threads (they hold the GIL) against ``use_processes=True``."""
+    import tempfile
+
+    import tpudata
+    from tpudata.dataset import Dataset
+
+    texts = make_texts(args.texts // 4)
+    with tempfile.TemporaryDirectory() as d:
+        paths = []
+        for k in range(8):
+            paths.append(os.path.join(d, f"texts-{k:05d}"))
+            tpudata.write_records(paths[-1], [t.encode() for t in texts[k::8]])
+
+        def rate(**kw) -> tuple:
+            """(elements/s after the first, start-up s, parent CPU s/element, workers' CPU)."""
+            ds = Dataset.from_tensor_slices(paths).interleave(tokenize_file, cycle_length=4, **kw)
+            start = time.perf_counter()
+            with ds.iterator() as it:
+                next(it)
+                t0 = time.perf_counter()
+                pids = [p.pid for p in multiprocessing.active_children()
+                        if p.name.startswith("tpudata-map")]
+                workers_cpu, parent_cpu = cpu_seconds(pids), time.process_time()
+                n = 1 + sum(1 for _ in it)
+                end = time.perf_counter()
+                parent_cpu = (time.process_time() - parent_cpu) / (n - 1)
+                workers_cpu = (cpu_seconds(pids) - workers_cpu) / (n - 1)
+            assert n == len(texts)
+            return (n - 1) / (end - t0), t0 - start, parent_cpu, workers_cpu
+
+        inline, threads, procs = [], [], []
+        for _ in range(args.repeat):
+            inline.append(rate())
+            threads.append(rate(num_parallel_calls=args.workers))
+            procs.append(rate(num_parallel_calls=args.workers, use_processes=True))
+        one, _, one_cpu, _ = max(inline)
+        threaded = max(threads)[0]
+        many, startup, parent_cpu, workers_cpu = max(procs)
+        cores = min(args.workers, os.cpu_count() or 1)
+        print(f"interleave {len(texts):6d} texts in 8 files, per-file map(tokenize): in-line "
+              f"{one:8.0f}/s (CPU {one_cpu * 1e6:.0f} us/element); {args.workers} threads "
+              f"{threaded:8.0f}/s ({threaded / one:.2f}x); use_processes=True {many:8.0f}/s "
+              f"({many / one:.2f}x; start-up {startup:.2f} s; CPU us/element: parent "
+              f"{parent_cpu * 1e6:.0f}, workers {workers_cpu * 1e6:.0f}; CPU-time bound on "
+              f"{cores} idle cores {cores * one_cpu / (parent_cpu + workers_cpu):.2f}x)", flush=True)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
@@ -140,19 +233,25 @@ def main(argv=None) -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--max-in-flight", type=int, default=64,
                         help="also measured besides the default (2 * workers): room for chunks")
+    parser.add_argument("--only", nargs="*", default=["tokenize", "features", "interleave"])
     args = parser.parse_args(argv)
     print(f"cores: {os.cpu_count()}, workers: {args.workers}, load average: "
           f"{os.getloadavg()[0]:.2f} (other processes on the machine skew both sides)")
     cases = [("tokenize", tokenize, make_texts(args.texts)),
              ("features", features, list(range(args.arrays)))]
     for name, fn, elements in cases:
+        if name not in args.only:
+            continue
         check_results(fn, elements, args.workers)
         settings = (None, args.max_in_flight)
         inline, procs = [], {m: [] for m in settings}
+        ds_inline, ds_procs = [], []
         for _ in range(args.repeat):  # interleaved, so that a change of load hits both sides
             inline.append(inline_rate(fn, elements))
             for max_in_flight in settings:
                 procs[max_in_flight].append(process_rate(fn, elements, args.workers, max_in_flight))
+            ds_inline.append(dataset_rate(name, fn, elements, None))
+            ds_procs.append(dataset_rate(name, fn, elements, args.workers))
         one, one_cpu = max(inline)
         print(f"{name:9s} {len(elements):6d} elements: in-line {one:8.0f}/s   "
               f"(CPU {one_cpu * 1e6:.0f} us/element)", flush=True)
@@ -164,28 +263,18 @@ def main(argv=None) -> None:
                   f"{startup:.2f} s; CPU us/element: parent {parent_cpu * 1e6:.0f}, workers "
                   f"{workers_cpu * 1e6:.0f}; CPU-time bound on {cores} idle cores "
                   f"{cores * one_cpu / (parent_cpu + workers_cpu):.2f}x)", flush=True)
-        dataset_case(name, fn, elements, args)
-
-
-def dataset_case(name, fn, elements, args) -> None:
-    """The same work through the Dataset: ``map(fn)`` in-line against ``map(fn,
-    num_parallel_calls=workers, use_processes=True)`` (the Dataset's default window of 32)."""
-    from tpudata.dataset import Dataset
-
-    def rate(**kw) -> float:
-        ds = Dataset.from_tensor_slices(np.array(elements, dtype=object) if name == "tokenize"
-                                        else np.array(elements)).map(fn, **kw)
-        best = 0.0
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            n = sum(1 for _ in ds)
-            best = max(best, n / (time.perf_counter() - t0))
-        return best
-
-    one = rate()
-    many = rate(num_parallel_calls=args.workers, use_processes=True)
-    print(f"    Dataset.map in-line {one:8.0f}/s; map(num_parallel_calls={args.workers}, "
-          f"use_processes=True) {many:8.0f}/s   ratio {many / one:.2f}x (start-up included)", flush=True)
+        ds_one, _, _, ds_one_cpu, _ = max(ds_inline)
+        best, with_startup, startup, parent_cpu, workers_cpu = max(ds_procs)
+        print(f"    {'Dataset.map(fn) in-line':38s} {ds_one:8.0f}/s   (CPU {ds_one_cpu * 1e6:.0f} "
+              "us/element)", flush=True)
+        label = f"Dataset.map(fn, {args.workers}, use_processes)"
+        print(f"    {label:38s} {best:8.0f}/s   ratio {best / ds_one:.2f}x vs Dataset in-line, "
+              f"{best / one:.2f}x vs fn in-line   (start-up {startup:.2f} s, ratio with it "
+              f"{with_startup / ds_one:.2f}x; CPU us/element: parent {parent_cpu * 1e6:.0f}, "
+              f"workers {workers_cpu * 1e6:.0f}; CPU-time bound on {cores} idle cores "
+              f"{cores * ds_one_cpu / (parent_cpu + workers_cpu):.2f}x)", flush=True)
+    if "interleave" in args.only:
+        interleave_case(args)
 
 
 if __name__ == "__main__":

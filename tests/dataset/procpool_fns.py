@@ -68,3 +68,69 @@ def fail_on_five(x):
     if int(x) == 5:
         raise KeyError(f"no token for {int(x)}")
     return x
+
+
+def half_after_four(x):
+    """int64 for x < 4, then float64: a dtype change inside one chunk of a process map."""
+    n = int(x)
+    return np.int64(n) if n < 4 else np.float64(n + 0.5)
+
+
+def pair_after_four(x):
+    """A scalar for x < 4, then a tuple: a structure change inside one chunk."""
+    n = int(x)
+    return np.int64(n) if n < 4 else (np.int64(n), np.int64(n))
+
+
+def ragged(x):
+    """A pure-Python function with ragged outputs (object columns) and a bytes leaf."""
+    n = int(x)
+    return {"ids": np.arange(n % 5, dtype=np.int32), "tag": f"t{n}".encode(), "pid": os.getpid()}
+
+
+def file_records(path):
+    """interleave(use_processes=True)'s per-file function: the file's records, tagged in Python
+    with the process that read them."""
+    from tpudata.dataset import TFRecordDataset
+
+    name = path.decode() if isinstance(path, bytes) else str(path)
+    if name.endswith("bad"):
+        raise ValueError(f"cannot open {name}")
+    if name.endswith("kill"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return TFRecordDataset(name).map(_tag_record)
+
+
+def _tag_record(record):
+    return {"rec": record, "pid": np.int64(os.getpid())}
+
+
+def fails_at_third(path):
+    """A per-file dataset whose third element raises (inside the worker's iteration)."""
+    from tpudata.dataset import TFRecordDataset
+
+    return TFRecordDataset(path.decode() if isinstance(path, bytes) else path).map(_third)
+
+
+_seen = {"n": 0}
+
+
+def _third(record):
+    _seen["n"] += 1
+    if _seen["n"] == 3:
+        raise RuntimeError("the third record is bad")
+    return record
+
+
+def sleepy_file(path):
+    """A per-file dataset whose elements take a minute each (for close() tests)."""
+    from tpudata.dataset import Dataset
+
+    return Dataset.range(3).map(sleep_forever)
+
+
+def plain_file(path):
+    """A per-file dataset of the file's raw records (their origins can name them)."""
+    from tpudata.dataset import TFRecordDataset
+
+    return TFRecordDataset(path.decode() if isinstance(path, bytes) else str(path))

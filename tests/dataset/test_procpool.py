@@ -324,3 +324,20 @@ def test_workers_exit_when_the_parent_is_killed(tmp_path):
         parent.send_signal(signal.SIGKILL)
         parent.wait()
     assert wait_until(lambda: all(gone(p) for p in pids), timeout=5.0)
+
+
+def test_submit_to_a_chosen_worker_and_collect():
+    with ProcessMapper(apply, num_workers=2) as m:
+        numbers = {m.submit(("pid", None), w): w for w in (0, 1, 0, 1)}
+        numbers[m.submit(("raise", 7), 1)] = 1
+        got = {}
+        while len(got) < len(numbers):
+            for number, error, value in m.collect(timeout=None):
+                got[number] = (error, value)
+        pids = {numbers[n]: v for n, (e, v) in got.items() if e is None}
+        assert len(set(pids.values())) == 2 and os.getpid() not in pids.values()
+        (error,) = [e for e, _ in got.values() if e is not None]
+        assert "bad element 7" in str(error) and error.pid == pids[1]  # it ran on worker 1
+        assert m.collect(timeout=0) == []  # nothing pending: returns at once
+        with pytest.raises(ValueError, match="imap"):
+            list(m.imap([("echo", 1)]))

@@ -284,31 +284,39 @@ class Dataset:
 
     def shuffle(self, buffer_size: int, seed: int | None = None,
                 reshuffle_each_iteration: bool = True, *, spill_url: str | None = None,
-                spill_bytes: int = 16 << 20) -> "Dataset":
+                spill_bytes: int = 16 << 20, spill_keep: int | None = None) -> "Dataset":
         """tf.data's buffered shuffle: fill ``buffer_size`` elements, emit one at random, refill.
 
         Checkpoints name buffered TFRecord records by file and offset; other buffered elements
         are carried in the state, or - above ``spill_bytes`` with ``spill_url`` set (e.g. the
-        checkpoint's directory) - written to a file there that the state names.
+        checkpoint's directory) - written to a file there that the state names. Those files
+        belong to the states naming them: ``spill_keep=N`` removes the files of states older
+        than the iterator's last N; ``tpudata.dataset.spill.remove_spilled(state)`` removes a
+        deleted checkpoint's files, ``prune_spilled(spill_url, keep=states)`` any others.
         """
         from tpudata.dataset.shuffle import ShuffleDataset
 
         return ShuffleDataset(self, buffer_size, seed, reshuffle_each_iteration,
-                              spill_url=spill_url, spill_bytes=spill_bytes)
+                              spill_url=spill_url, spill_bytes=spill_bytes, spill_keep=spill_keep)
 
     def interleave(self, map_func: Callable, cycle_length: int | None = None,
                    block_length: int | None = None,
-                   num_parallel_calls: int | None = None, deterministic: bool | None = None):
+                   num_parallel_calls: int | None = None, deterministic: bool | None = None, *,
+                   use_processes: bool = False):
         """tf.data's interleave: ``cycle_length`` datasets in turn, ``block_length`` at a time.
 
         ``block_length=None`` means 1 (as in TF). ``num_parallel_calls`` reads the open
         datasets in background threads; with
         ``deterministic=False`` elements come from whichever dataset has one ready first.
+        ``use_processes=True`` calls ``map_func`` and runs the dataset it returns in
+        ``num_parallel_calls`` (default: one per core) forkserver/spawn worker processes, a
+        file per worker at a time, blocks read ahead (per-file Python that holds the GIL;
+        ``map_func`` must pickle). Same order and element-exact state.
         """
         from tpudata.dataset.interleave import InterleaveDataset
 
         return InterleaveDataset(self, map_func, cycle_length, block_length, num_parallel_calls,
-                                 deterministic)
+                                 deterministic, use_processes=use_processes)
 
     def flat_map(self, map_func: Callable) -> "Dataset":
         """Concatenate the datasets ``map_func`` returns for each element (called on demand)."""
@@ -325,7 +333,8 @@ class Dataset:
         ``num_parallel_calls=N`` (or ``AUTOTUNE``: one per core) runs up to N calls at once on
         threads (for work that releases the GIL: decoding, numpy); ``use_processes=True`` runs
         them in spawned worker processes instead (Python that holds the GIL; needs picklable,
-        module-level functions). ``deterministic=False`` yields results as they complete.
+        module-level functions; a task is a chunk of up to 8 elements, at most max(64, 32 * N)
+        elements in flight). ``deterministic=False`` yields results as they complete.
         ``output_signature`` (a structure of TensorSpec) declares the output spec (otherwise
         ``element_spec`` traces the function on dummy elements); outputs that disagree raise.
         """

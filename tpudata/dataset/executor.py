@@ -132,7 +132,10 @@ PROCESS_WINDOW = 32
 
 def make_mapper(fn: Callable, num_workers: int, *, deterministic: bool, use_processes: bool,
                 max_in_flight: int | None = None, stop: threading.Event | None = None):
-    """The executor for a map: threads, or processes (``tpudata.dataset.procpool``)."""
+    """The executor for a map: threads, or processes (``tpudata.dataset.procpool``).
+
+    (``Dataset.map(use_processes=True)`` itself uses :mod:`tpudata.dataset.procmap`, which sends
+    chunks of elements to a ProcessMapper.)"""
     if use_processes:
         try:
             from tpudata.dataset.procpool import ProcessMapper

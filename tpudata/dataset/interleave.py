@@ -34,7 +34,7 @@ MAX_ROUND_ELEMENTS = 65536
 
 class InterleaveDataset(Dataset):
     def __init__(self, input_ds: Dataset, map_func, cycle_length=None, block_length=1,
-                 num_parallel_calls=None, deterministic=None):
+                 num_parallel_calls=None, deterministic=None, use_processes: bool = False):
         super().__init__()
         if not callable(map_func):
             raise TypeError("interleave() needs a function returning a Dataset")
@@ -49,6 +49,9 @@ class InterleaveDataset(Dataset):
         self.cycle_length = int(cycle_length)
         self.block_length = int(block_length)
         threads = num_parallel_calls
+        self.use_processes = bool(use_processes)  # each file's dataset in a worker process
+        if self.use_processes and not threads:
+            threads = cpus
         self.parallel = bool(threads) and threads != 0
         self.threads = 0
         if self.parallel:
@@ -138,7 +141,12 @@ class _InterleaveIterator(BlockIterator):
         threads = options.threads(ds.threads, ds.autotune)
         if ds.autotune:
             threads = min(threads, ds.cycle_length)
-        self.pool = ReaderPool(threads, ctx) if ds.parallel else None
+        if ds.use_processes:  # (tpudata.dataset.procinterleave)
+            from tpudata.dataset.procinterleave import ProcessReaderPool
+
+            self.pool = ProcessReaderPool(ds.fn, threads, ctx)
+        else:
+            self.pool = ReaderPool(threads, ctx) if ds.parallel else None
         # parallel mode: datasets of the next input elements, opened ahead:
         # (slot, input cursor state before its element)
         self.ahead: collections.deque = collections.deque()
@@ -149,6 +157,11 @@ class _InterleaveIterator(BlockIterator):
 
     # -- slots -----------------------------------------------------------------------------------
     def _open(self, index: int, element) -> _Slot:
+        if self.ds.use_processes:  # the function and its dataset run in a worker
+            from tpudata.dataset.procinterleave import ProcessReader
+
+            return _Slot(index, element, ProcessReader(self.pool, element,
+                                                       self.ctx.child(index).path))
         args = element if isinstance(element, tuple) and not hasattr(element, "_fields") else (element,)
         sub = self.ds.fn(*args)
         if not isinstance(sub, Dataset):
@@ -237,6 +250,9 @@ class _InterleaveIterator(BlockIterator):
             for slot in self.slots:
                 if slot is not None:
                     slot.it.start()  # make sure every open slot is reading
+            if self.ds.use_processes:  # nothing ready anywhere: wait for a worker's answer
+                self.pool.wait_until(lambda: any(s is not None and s.it.ready() for s in self.slots))
+                continue
             with self.pool.cond:  # nothing ready anywhere: wait for the first read to finish
                 wait_for(self.pool.cond, lambda: any(
                     s is not None and s.it.ready() for s in self.slots), self.ctx)

@@ -1,9 +1,10 @@
 """map: apply a user function to every element, element by element, on demand.
 
 The function is called only for elements the consumer asks for: sequentially in the consumer's
-thread, or with ``num_parallel_calls=N`` on N threads (or worker processes with
-``use_processes=True``) with at most N elements in flight. ``range(100_000).map(f).take(3)``
-calls ``f`` 3 times; with ``num_parallel_calls=N``, at most ``3 + N - 1`` times.
+thread, or with ``num_parallel_calls=N`` on N threads with at most N elements in flight.
+``range(100_000).map(f).take(3)`` calls ``f`` 3 times; with ``num_parallel_calls=N``, at most
+``3 + N - 1`` times. ``use_processes=True`` runs it in N worker processes, chunks of elements
+per task, with at most ``max(64, 32 * N)`` elements in flight (:mod:`tpudata.dataset.procmap`).
 
 >>> [int(x) for x in Dataset.range(5).map(lambda x: x * 10, num_parallel_calls=2)]
 [0, 10, 20, 30, 40]
@@ -88,6 +89,12 @@ class MapDataset(Dataset):
         self.name = f"map({function_name(fn)})"
 
     def _make_iterator(self, ctx):
+        if self.use_processes:  # chunks of elements in worker processes (procmap)
+            from tpudata.dataset.procmap import ProcessMapIterator
+
+            workers, deterministic = _parallelism(self, ctx.options)
+            return ProcessMapIterator(self, self.input._make_iterator(ctx), ctx,
+                                      max(1, workers), deterministic)
         return _MapIterator(self, self.input._make_iterator(ctx), ctx)
 
     def cardinality(self):
@@ -99,6 +106,14 @@ class MapDataset(Dataset):
         return traced_spec(self.fn, self.input, self.name)
 
 
+def _parallelism(ds: MapDataset, options) -> tuple[int, bool]:
+    """(workers, deterministic) of a map under the pipeline's Options."""
+    workers = options.threads(ds.workers, ds.autotune)
+    deterministic = ds.deterministic if (ds.deterministic_arg is not None or
+                                         options.deterministic is None) else options.deterministic
+    return workers, deterministic
+
+
 class _MapIterator(BlockIterator):
     def __init__(self, ds: MapDataset, input_it: BlockIterator, ctx):
         self.ds = ds
@@ -108,11 +123,7 @@ class _MapIterator(BlockIterator):
         self.checker = OutputChecker(ds.name, ds.output_signature)
         self.delivered = 0  # elements returned so far (for error messages)
         self.skip_errors = ctx.ignore_errors
-        options = ctx.options
-        self.workers = options.threads(ds.workers, ds.autotune)
-        self.deterministic = ds.deterministic if (ds.deterministic_arg is not None or
-                                                  options.deterministic is None) \
-            else options.deterministic
+        self.workers, self.deterministic = _parallelism(ds, ctx.options)
         self._start(skip=())
 
     def _start(self, skip) -> None:

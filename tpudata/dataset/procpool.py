@@ -20,20 +20,24 @@ from __future__ import annotations
 import itertools
 import logging
 import multiprocessing
-import multiprocessing.connection
 import os
 import pickle
 import secrets
 import selectors
-import signal
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from tpudata import _accel
 from tpudata.dataset import _procworker, _shm
+from tpudata.dataset._procstart import (
+    dumps_fn as _dumps_fn,
+    preload_forkserver as _preload_forkserver,
+    signal_name as _signal_name,
+    start_method as _start_method,
+    stop_processes as _stop_processes,
+)
 from tpudata.errors import NotPicklableError, WorkerError
 
 logger = logging.getLogger(__name__)
@@ -116,6 +120,8 @@ class ProcessMapper:
         self._workers: list[_Worker] = []
         self._closed = False
         ctx = multiprocessing.get_context(self._start_method)
+        if self._start_method == "forkserver":
+            _preload_forkserver(ctx)
         try:
             for index in range(num_workers):
                 conn, child_conn = ctx.Pipe(duplex=True)
@@ -142,6 +148,49 @@ class ProcessMapper:
         if self._closed:
             raise ValueError("ProcessMapper is closed")
         return self._iterate(iter(elements))
+
+    def submit(self, element: Any, worker: int) -> int:
+        """Send ``element`` to worker number ``worker`` now (after what it was sent before: a
+        worker serves its elements in order, so ``fn`` may keep state between them); returns
+        the element's number, which :meth:`collect` gives back with its result. The caller
+        bounds how many are in flight. Not while an :meth:`imap` runs."""
+        with self._lock:
+            if self._closed:
+                raise ValueError("ProcessMapper is closed")
+            if self._broken is not None:
+                raise self._broken_again()
+            if self._session is None:
+                self._session = _Session(False)
+                self._session.direct = True
+            elif not self._session.direct:
+                raise ValueError("an imap() of this ProcessMapper is running")
+            session = self._session
+        number = session.pulled
+        if not self._send(session, self._workers[worker], [element]):
+            raise ValueError("ProcessMapper is closed")
+        return number
+
+    def collect(self, timeout: float | None = None) -> list[tuple[int, WorkerError | None, Any]]:
+        """``(number, error, result)`` of submitted elements that came back, in completion order;
+        when none has, waits up to ``timeout`` seconds (None: until one does). ``[]`` once
+        closed; raises the :class:`~tpudata.errors.WorkerError` of a worker that died."""
+        session = self._session
+        if session is None or not session.direct:
+            return []
+        waited = False
+        while True:
+            if session.fatal is not None:
+                raise session.fatal
+            out = []
+            item = session.pop_ready()
+            while item is not None:
+                out.append(item)
+                item = session.pop_ready()
+            if out or (waited and timeout is not None):
+                return out
+            if not self._wait(timeout):
+                return []
+            waited = True
 
     def close(self) -> None:
         """Stop the workers (within ~1 s) and free shared memory; idempotent, any thread."""
@@ -288,14 +337,15 @@ class ProcessMapper:
             worker.freed = []
         return True
 
-    def _wait(self) -> bool:
-        """Block until a worker reports; handle what came. False when the mapper was closed."""
+    def _wait(self, timeout: float | None = None) -> bool:
+        """Block until a worker reports (or ``timeout``); handle what came. False when the
+        mapper was closed."""
         with self._lock:
             if self._closed:
                 return False
             self._waiting = True
         try:
-            events = self._selector.select()
+            events = self._selector.select(timeout)
         finally:
             with self._lock:
                 self._waiting = False
@@ -471,6 +521,7 @@ class _Session:
         self.ready: dict[int, tuple] = {}
         self.done: deque = deque()
         self.fatal: WorkerError | None = None
+        self.direct = False  # submit()/collect() rather than imap()
         self.input_error: Exception | None = None  # what the input iterator raised
 
     def put(self, position: int, error: WorkerError | None, value: Any) -> None:
@@ -495,38 +546,6 @@ class _Session:
 
 # -- helpers of the parent ----------------------------------------------------------------------
 
-def _start_method(start_method: str | None) -> str:
-    available = multiprocessing.get_all_start_methods()
-    if start_method is None:
-        return "forkserver" if "forkserver" in available else "spawn"
-    if start_method == "fork":
-        raise ValueError("start_method='fork' is refused: forking a process that runs threads or "
-                         "has JAX/torch initialised can deadlock; use 'forkserver' or 'spawn'")
-    if start_method not in ("forkserver", "spawn") or start_method not in available:
-        usable = [m for m in ("forkserver", "spawn") if m in available]
-        raise ValueError(f"start_method must be one of {usable} or None, got {start_method!r}")
-    return start_method
-
-
-def _dumps_fn(fn: Callable) -> bytes:
-    try:
-        import cloudpickle
-    except ImportError:
-        cloudpickle = None
-    try:
-        if cloudpickle is not None:
-            return cloudpickle.dumps(fn)
-        return pickle.dumps(fn, protocol=5)
-    except Exception as e:
-        hint = ("cloudpickle could not pickle it either (does it hold a lock, a file or a "
-                "generator?)") if cloudpickle is not None else (
-                "use a function defined with `def` at the top level of a module, not a lambda or "
-                "a nested function (or install cloudpickle, which ProcessMapper then uses)")
-        raise NotPicklableError(
-            f"ProcessMapper sends fn to worker processes, so it must pickle, but {fn!r} does not "
-            f"({type(e).__name__}: {e}); {hint}") from e
-
-
 def _not_picklable(chunk: list, first: int, fn_name: str) -> NotPicklableError:
     position, reason = first, "?"
     for position, element in enumerate(chunk, first):
@@ -549,36 +568,8 @@ def _loads_exception(exc_bytes: bytes | None) -> BaseException | None:
         return None
 
 
-def _stop_processes(processes: list) -> None:
-    """Wait briefly for processes told to stop, then terminate and finally kill the rest."""
-    alive = [p for p in processes if p.is_alive()]
-    deadline = time.monotonic() + _STOP_GRACE_S
-    while alive and time.monotonic() < deadline:
-        multiprocessing.connection.wait([p.sentinel for p in alive], deadline - time.monotonic())
-        alive = [p for p in alive if p.is_alive()]
-    for p in alive:
-        p.terminate()
-    deadline = time.monotonic() + _JOIN_S
-    for p in alive:
-        p.join(max(0.0, deadline - time.monotonic()))
-    for p in alive:
-        if p.is_alive():
-            logger.warning("worker process %d ignored SIGTERM; killing it", p.pid)
-            p.kill()
-            p.join()
-    for p in processes:
-        p.join()
-
-
 def _write_quietly(fd: int) -> None:
     try:
         os.write(fd, b"x")
     except OSError:  # full (already woken) or closed
         pass
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return str(number)

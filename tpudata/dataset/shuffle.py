@@ -29,16 +29,20 @@ from tpudata import storage
 from tpudata.dataset.base import BlockIterator, Cursor, Dataset
 from tpudata.dataset.block import LEAF, Block, Origin, RecordColumn, as_column, leaf_nbytes
 from tpudata.dataset.nest import tree_from_json, tree_to_json
+from tpudata.dataset.spill import Spills
 from tpudata.example.parse import VarLenValues
 
 
 class ShuffleDataset(Dataset):
     def __init__(self, input_ds: Dataset, buffer_size: int, seed: int | None = None,
                  reshuffle_each_iteration: bool = True, *, spill_url: str | None = None,
-                 spill_bytes: int = 16 << 20):
+                 spill_bytes: int = 16 << 20, spill_keep: int | None = None):
         super().__init__()
         self.spill_url = None if not spill_url else str(spill_url).rstrip("/")
         self.spill_bytes = int(spill_bytes)
+        if spill_keep is not None and int(spill_keep) < 1:
+            raise ValueError(f"spill_keep must be >= 1 or None, not {spill_keep}")
+        self.spill_keep = None if spill_keep is None else int(spill_keep)
         if int(buffer_size) < 1:
             raise ValueError(f"shuffle buffer_size must be >= 1, not {buffer_size}")
         self.input = input_ds
@@ -125,9 +129,10 @@ def _check_frame(data, k: int, path: str, off: int, verify: bool) -> int:
 
 
 def read_frames(paths: list, pid: np.ndarray, offsets: np.ndarray,
-                verify: bool = True) -> RecordColumn:
+                verify: bool = True, storage_options: list | None = None) -> RecordColumn:
     """The records whose TFRecord frames start at ``offsets`` in ``paths[pid]``, as a column
-    over the read buffers (random access; no per-record copies).
+    over the read buffers (random access; no per-record copies). ``storage_options[p]`` (a
+    dict, optional) opens ``paths[p]``.
 
     Offsets are deduplicated and sorted per file, and nearby frames are read in one request.
     """
@@ -142,7 +147,8 @@ def read_frames(paths: list, pid: np.ndarray, offsets: np.ndarray,
         where = np.flatnonzero(pid == p)
         uniq = np.unique(offsets[where])
         runs = []  # (data, start, {frame offset: record length})
-        with storage.open_read(paths[p]) as f:
+        options = storage_options[p] if storage_options and storage_options[p] else {}
+        with storage.open_read(paths[p], **options) as f:
             i = 0
             while i < len(uniq):
                 j = i + 1
@@ -197,22 +203,23 @@ class _Named:
 
 
 class _Carried:
-    """Buffered elements in a state: JSON when checkpointed, or a file above ``spill_bytes``."""
+    """Buffered elements in a state: JSON when checkpointed, or a file above ``spill_bytes``
+    (:mod:`tpudata.dataset.spill`: written once per state, ``group`` lists the state's files)."""
 
-    def __init__(self, saved: dict, leaves: list, spill_url: str | None, spill_bytes: int):
+    def __init__(self, saved: dict, leaves: list, spills: Spills, group: list):
         self.saved, self.leaves = saved, leaves
-        self.spill_url, self.spill_bytes = spill_url, spill_bytes
+        self.spills, self.group = spills, group
+        self.url: str | None = None
 
     def freeze(self) -> None:
         self.leaves = [c.copy() for c in self.leaves]
 
     def __jsonable__(self) -> dict:
-        if self.spill_url and sum(leaf_nbytes(c) for c in self.leaves) > self.spill_bytes:
-            url = storage.join(self.spill_url, f"shuffle-buffer-{secrets.token_hex(8)}.pkl")
-            storage.makedirs(self.spill_url)
-            with storage.open_atomic(url) as f:
-                f.write(pickle.dumps(self.leaves, protocol=pickle.HIGHEST_PROTOCOL))
-            return {**self.saved, "spilled": url}
+        spills = self.spills
+        if spills.url and sum(leaf_nbytes(c) for c in self.leaves) > spills.min_bytes:
+            if self.url is None:
+                self.url = spills.write(self.leaves, self.group)
+            return {**self.saved, "spilled": self.url}
         return {**self.saved, "cols": self.leaves}
 
 
@@ -226,6 +233,7 @@ class _ShuffleIterator(BlockIterator):
         self.path = ctx.path if ds.reshuffle_each_iteration else ()
         self.input_it = ds.input._make_iterator(ctx.with_origins())
         self.cursor = Cursor(self.input_it)
+        self.spills = Spills(ds.spill_url, ds.spill_bytes, ds.spill_keep)
         self._reset()
 
     def _reset(self):
@@ -248,6 +256,7 @@ class _ShuffleIterator(BlockIterator):
         self.origin_kind = None
         self.paths: list = []
         self.path_ids: dict = {}
+        self._path_options: dict = {}  # path -> storage_options, for restores
 
     # -- buffer helpers --------------------------------------------------------------------------
     def _convert(self, block: Block):
@@ -373,7 +382,7 @@ class _ShuffleIterator(BlockIterator):
         self.drain_pos = 0
 
     # -- state -----------------------------------------------------------------------------------
-    def _encode(self, cols: list, lo: int, hi: int) -> dict:
+    def _encode(self, cols: list, lo: int, hi: int, group: list) -> dict:
         """Elements ``lo:hi`` of ``cols``: named by origin, or carried."""
         if self.track:
             nl = self.nleaves
@@ -384,7 +393,7 @@ class _ShuffleIterator(BlockIterator):
         # just before the buffer changes (_freeze); JSON (or a spill file) only at checkpoints
         leaves = [c[lo:hi] for c in cols[: self.nleaves]]
         saved = {"tree": tree_to_json(self.tree), "kinds": [_kind_to_json(k) for k in self.kinds]}
-        snap = _Carried(saved, leaves, self.ds.spill_url, self.ds.spill_bytes)
+        snap = _Carried(saved, leaves, self.spills, group)
         self._live.add(snap)
         return {"elements": snap}
 
@@ -418,10 +427,11 @@ class _ShuffleIterator(BlockIterator):
         lo, hi = (self.drain_pos, self.fill) if self.phase == "drain" else (0, self.fill)
         state = {"seed": self.seed, "phase": self.phase, "rng": self.rng.bit_generator.state,
                  "count_in": self.count_in, "input": self.cursor.get_state(), "n": hi - lo}
+        group: list = []  # this state's spill files
         if hi > lo:
-            state["buffer"] = self._encode(self.cols, lo, hi)
+            state["buffer"] = self._encode(self.cols, lo, hi, group)
         if self.pending is not None:
-            state["pending"] = self._encode(self.pending, self.pending_pos, self.pending_n)
+            state["pending"] = self._encode(self.pending, self.pending_pos, self.pending_n, group)
             state["pending_n"] = self.pending_n - self.pending_pos
         return state
 
@@ -451,7 +461,9 @@ class _ShuffleIterator(BlockIterator):
         """The buffered elements again, from their records (random access)."""
         pid = np.asarray(origin["pid"], dtype=np.int32)
         offsets = np.asarray(origin["offsets"], dtype=np.int64)
-        records = read_frames(list(origin["paths"]), pid, offsets)
+        paths = list(origin["paths"])
+        options = [self._storage_options(path) for path in paths]
+        records = read_frames(paths, pid, offsets, storage_options=options)
         where = Origin(origin["kind"], tuple(origin["paths"]), pid, offsets)
         block = Block(LEAF, [records], n)
         if origin["kind"] == "parsed":
@@ -463,5 +475,42 @@ class _ShuffleIterator(BlockIterator):
         block.origin = where
         return block
 
+    def _storage_options(self, path: str) -> dict:
+        """The storage_options of the source that reads ``path`` (they are never written into
+        a state: they may hold credentials), found in the shuffle's input description."""
+        if path not in self._path_options:
+            found = None if storage.is_local(path) else options_for(self.ds.input, path)
+            self._path_options[path] = found or {}
+        return self._path_options[path]
+
     def close(self):
         self.input_it.close()
+
+
+def options_for(ds: Dataset, path: str, depth: int = 0) -> dict | None:
+    """The ``storage_options`` of the TFRecord source in ``ds``'s description that reads
+    ``path``, or None. An interleave's function is called on the path (as ``cardinality()``
+    does): it should only build a reader."""
+    from tpudata.dataset.interleave import InterleaveDataset
+    from tpudata.dataset.sources import _TFRecordFiles
+
+    if depth > 64:
+        return None
+    if isinstance(ds, _TFRecordFiles):
+        return ds.storage_options if path in ds.files else None
+    if isinstance(ds, InterleaveDataset):
+        try:
+            sub = ds.fn(path.encode("utf-8"))
+        except Exception:  # a function that needs more than a file name
+            sub = None
+        if isinstance(sub, Dataset):
+            found = options_for(sub, path, depth + 1)
+            if found is not None:
+                return found
+    children = [getattr(ds, "input", None), *(getattr(ds, "datasets", None) or ())]
+    for child in children:
+        if isinstance(child, Dataset):
+            found = options_for(child, path, depth + 1)
+            if found is not None:
+                return found
+    return None

@@ -1,0 +1,326 @@
+"""map(fn, use_processes=True): the map iterator over worker processes, a chunk per task.
+
+Pure-Python element functions run in :class:`~tpudata.dataset.procpool.ProcessMapper` workers.
+Each task is a *chunk* of consecutive input elements: the worker applies ``fn`` to each one,
+flattens the outputs and stacks them into block columns (:class:`ChunkApply`), so the parent
+handles one message and one block per chunk instead of per element (the parent's CPU is what
+the workers share the cores with). The first chunks hold one element; then a chunk holds about
+``CHUNK_SECONDS`` of ``fn``'s work (measured in the workers), at most ``CHUNK_MAX`` elements.
+
+In-flight work is counted in elements: at most ``window`` input elements (default
+``max(WINDOW, 32 * workers)``) are taken from the input and not yet delivered. State is
+element-exact: the iterator keeps the input state before every chunk in flight; its state is
+the one before the oldest chunk not yet delivered plus, with ``deterministic=False``, which later
+elements were already delivered (skipped on restore).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import traceback
+from typing import Callable
+
+from tpudata.dataset.block import Block, as_column
+from tpudata.dataset.iterator import BlockIterator, Cursor
+from tpudata.dataset.nest import flatten
+from tpudata.dataset.spec import OutputChecker
+from tpudata.errors import WorkerError
+
+logger = logging.getLogger(__name__)
+
+WINDOW = 64  # input elements in flight (at least), counted across chunks
+CHUNK_MAX = 8  # elements per task at most
+CHUNK_SECONDS = 0.01  # a chunk holds about this much of fn's work
+
+__all__ = ["CHUNK_MAX", "CHUNK_SECONDS", "ChunkApply", "ProcessMapIterator", "WINDOW"]
+
+
+def _call(fn: Callable, element):
+    if isinstance(element, tuple) and not hasattr(element, "_fields"):
+        return fn(*element)
+    return fn(element)
+
+
+def _dumps_exception(e: BaseException) -> bytes | None:
+    import pickle
+
+    try:
+        data = pickle.dumps(e, protocol=5)
+        pickle.loads(data)
+        return data
+    except Exception:
+        return None
+
+
+class ChunkApply:
+    """Runs in a worker: ``fn`` over a chunk of elements, the outputs stacked into columns.
+
+    Returns ``(outputs, failed, error, pid, seconds)``: ``outputs`` is ``("block", tree,
+    columns, n)`` when every output has one structure, else ``("rows", [(tree, leaves), ...])``;
+    ``failed`` lists ``(index, message)`` of elements dropped under ``ignore_errors``; ``error``
+    is ``(index, pickled exception, traceback)`` of the first failing element (the outputs are
+    those before it), or None.
+    """
+
+    def __init__(self, fn: Callable, skip_errors: bool = False):
+        self.fn = fn
+        self.skip_errors = skip_errors
+
+    def __call__(self, chunk: list):
+        start = time.perf_counter()
+        trees, rows, failed, error = [], [], [], None
+        for i, element in enumerate(chunk):
+            try:
+                out = _call(self.fn, element)
+            except Exception as exc:
+                if self.skip_errors:
+                    failed.append((i, f"{type(exc).__name__}: {exc}"))
+                    continue
+                error = (i, _dumps_exception(exc), traceback.format_exc())
+                break
+            tree, leaves = flatten(out)
+            trees.append(tree)
+            rows.append(leaves)
+        if rows and all(t == trees[0] for t in trees):
+            cols = [as_column([r[k] for r in rows]) for k in range(trees[0].num_leaves)]
+            outputs = ("block", trees[0], cols, len(rows))
+        else:
+            outputs = ("rows", list(zip(trees, rows)))
+        return outputs, failed, error, os.getpid(), time.perf_counter() - start
+
+
+class _Chunk:
+    __slots__ = ("ps", "p_state", "state", "done")
+
+    def __init__(self, ps: list, p_state: int, state):
+        self.ps = ps  # input element numbers (since the restore point) in this chunk
+        self.p_state = p_state  # the element number at ``state``
+        self.state = state  # the input state before the chunk
+        self.done = False
+
+
+class ProcessMapIterator(BlockIterator):
+    """The map iterator with ``use_processes=True`` (see the module docstring)."""
+
+    def __init__(self, ds, input_it: BlockIterator, ctx, workers: int, deterministic: bool,
+                 window: int | None = None):
+        self.ds = ds
+        self.ctx = ctx
+        self.input_it = input_it
+        self.cursor = Cursor(input_it)
+        self.checker = OutputChecker(ds.name, ds.output_signature)
+        self.workers = workers
+        self.deterministic = deterministic
+        self.window = int(window or max(WINDOW, 32 * workers))
+        self.chunk_max = max(1, min(CHUNK_MAX, self.window // (4 * workers)))
+        self.skip_errors = ctx.ignore_errors
+        # deterministic=False: which chunk comes next depends on timing, so a restore cannot
+        # replay "snapshot + n elements"; blocks then hold at most ``want`` elements and the
+        # state after each block is exact on its own
+        self.exact_want = not deterministic
+        self.delivered = 0
+        self.mapper = None
+        self.seconds_per_element: float | None = None
+        self._start(skip=())
+
+    def _start(self, skip) -> None:
+        self.results = None
+        self.lock = threading.RLock()
+        self.book: dict[int, _Chunk] = {}  # chunk number -> its chunk
+        self.fed = 0  # chunks sent
+        self.low = 0  # the oldest chunk not yet delivered
+        self.p = 0  # input elements read since the restore point
+        self.out_p: set = set(int(s) for s in skip)  # element numbers delivered (or to skip)
+        # outputs received and not yet returned: (block, their input numbers, chunk number or
+        # None), or an error to raise at its turn
+        self.pending: list = []
+
+    # -- the parent's side of the chunks ---------------------------------------------------------
+    def _chunk_size(self) -> int:
+        if self.seconds_per_element is None:
+            return 1
+        return max(1, min(self.chunk_max, int(CHUNK_SECONDS / max(self.seconds_per_element, 1e-7))))
+
+    def _chunks(self):
+        """Chunks of input elements for the workers, recording where each one starts."""
+        while True:
+            size = self._chunk_size()
+            with self.lock:
+                state, p_state = self.cursor.get_state(), self.p
+                ps, elements = [], []
+                while len(ps) < size:
+                    try:
+                        element = self.cursor.next_element()
+                    except StopIteration:
+                        break
+                    p = self.p
+                    self.p += 1
+                    if p in self.out_p:  # delivered before the checkpoint (deterministic=False)
+                        continue
+                    ps.append(p)
+                    elements.append(element)
+                if not ps:
+                    return
+                self.book[self.fed] = _Chunk(ps, p_state, state)
+                self.fed += 1
+            yield elements
+
+    def _open(self):
+        from tpudata.dataset.procpool import ProcessMapper
+
+        in_flight = max(2, self.window // self.chunk_max)
+        self.mapper = ProcessMapper(ChunkApply(self.ds.fn, self.skip_errors), self.workers,
+                                    max_in_flight=in_flight, deterministic=self.deterministic)
+        self.ctx.on_stop(self.mapper.close)
+        self.results = self.mapper.imap(self._chunks())
+
+    def next(self):
+        if self.results is None:
+            self._open()
+        stop = self.ctx.stop
+        while not self.pending:
+            if stop.is_set():
+                return None
+            try:
+                number, result = next(self.results)
+            except StopIteration:
+                return None
+            self._take(number, result)
+        return self._pop_pending()
+
+    def _pop_pending(self) -> Block | None:
+        """The next pending outputs: a whole chunk, or (``deterministic=False``, where the state
+        after each block must be exact on its own) at most ``want`` elements of it."""
+        item = self.pending[0]
+        if isinstance(item, BaseException):
+            self.pending.pop(0)
+            raise item
+        block, ps, number = item
+        n = block.n if self.deterministic else min(block.n, max(1, int(self.want)))
+        if n < block.n:
+            self.pending[0] = (block.slice(n, block.n), ps[n:], number)
+            block = block.slice(0, n)
+        else:
+            self.pending.pop(0)
+        with self.lock:
+            self.out_p.update(ps[:n])
+        if number is not None and n == len(ps):
+            self._delivered(number)
+        return block
+
+    def _take(self, number: int, result) -> None:
+        """Queue chunk ``number``'s outputs (and its error) in ``pending``."""
+        outputs, failed, error, pid, seconds = result
+        chunk = self.book[number]
+        n_in = len(chunk.ps) if error is None else error[0] + 1
+        per = seconds / max(1, n_in)
+        previous = self.seconds_per_element
+        self.seconds_per_element = per if previous is None else 0.7 * previous + 0.3 * per
+        dropped = {i for i, _ in failed}
+        for i, message in failed:
+            logger.warning("ignore_errors: %s raised on the element after output %d; dropped "
+                           "it: %s", self.ds.name, self.delivered, message)
+        with self.lock:
+            self.out_p.update(chunk.ps[i] for i in dropped)
+        block = self._block(outputs)
+        kept = [p for i, p in enumerate(chunk.ps) if i not in dropped]
+        if error is not None:  # (no element is dropped then: ignore_errors catches them all)
+            kept = chunk.ps[:error[0]]
+            if block is not None:
+                self.pending.append((block, kept, None))
+            index, exc_bytes, text = error
+            self.pending.append(self._error(chunk.ps[index], pid, exc_bytes, text))
+        elif block is not None:
+            self.pending.append((block, kept, number))
+        else:
+            self._delivered(number)
+
+    def _block(self, outputs) -> Block | None:
+        if outputs[0] == "block":
+            _, tree, cols, n = outputs
+            self._check_columns(tree, cols, n)
+            self.delivered += n
+            return Block(tree, cols, n)
+        rows = outputs[1]
+        if not rows:
+            return None
+        leaves_rows = []
+        for tree, leaves in rows:
+            self.checker.check(tree, leaves, self.delivered)
+            self.delivered += 1
+            leaves_rows.append(leaves)
+        return Block.from_elements(rows[0][0], leaves_rows)
+
+    def _check_columns(self, tree, cols: list, n: int) -> None:
+        """The checker over a chunk's columns: one row when every column is a plain array."""
+        if self.checker.shapes is None and all(getattr(c, "dtype", None) is not None and
+                                               c.dtype != object for c in cols):
+            self.checker.check(tree, [c[0] for c in cols], self.delivered)
+            return
+        for j in range(n):
+            self.checker.check(tree, [c[j] for c in cols], self.delivered + j)
+
+    def _error(self, p: int, pid: int, exc_bytes, text: str) -> WorkerError:
+        import pickle
+
+        summary = text.strip().splitlines()[-1] if text.strip() else "an error"
+        error = WorkerError(
+            f"{self.ds.name} failed on input element {p} (counted from the start or the restore "
+            f"point) in worker process {pid} with {summary}; the worker's traceback:\n{text}",
+            pid=pid, position=p, worker_traceback=text)
+        try:
+            error.__cause__ = pickle.loads(exc_bytes) if exc_bytes is not None else None
+        except Exception:
+            pass
+        return error
+
+    def _delivered(self, number: int) -> None:
+        with self.lock:
+            chunk = self.book[number]
+            chunk.done = True
+            low = self.low
+            while low < self.fed and self.book[low].done:
+                del self.book[low]
+                low += 1
+            self.low = low
+            if self.out_p:
+                p_low = self.book[low].p_state if low < self.fed else self.p
+                self.out_p = {q for q in self.out_p if q >= p_low}
+
+    # -- state -------------------------------------------------------------------------------------
+    def get_state(self):
+        with self.lock:
+            if self.low < self.fed:
+                chunk = self.book[self.low]
+                p0, state = chunk.p_state, chunk.state
+            else:
+                p0, state = self.p, self.cursor.get_state()
+            skip = sorted(p - p0 for p in self.out_p if p >= p0)
+        return {"input": state, "skip": skip, "delivered": self.delivered,
+                "checker": self.checker.get_state()}
+
+    def set_state(self, state):
+        self._close_mapper()
+        self.cursor.set_state(state["input"])
+        self.delivered = int(state["delivered"])
+        self.checker.set_state(state["checker"])
+        self._start(skip=state["skip"])
+
+    def _close_mapper(self):
+        if self.results is not None:
+            try:
+                self.results.close()
+            except Exception:  # a generator stopped mid-way
+                pass
+        if self.mapper is not None:
+            self.mapper.close()
+            self.ctx.off_stop(self.mapper.close)
+            self.mapper = None
+        self.results = None
+
+    def close(self):
+        self._close_mapper()
+        self.input_it.close()
