@@ -113,7 +113,7 @@ def _known_files(ds) -> list[str] | None:
 
 def _same_kind(a: Block, b: Block) -> bool:
     """Whether ``b`` joins ``a`` without changing a column's kind, dtype or element shape."""
-    if a.tree != b.tree or (a.origin is None) != (b.origin is None):
+    if (a.tree is not b.tree and a.tree != b.tree) or (a.origin is None) != (b.origin is None):
         return False
     if a.origin is not None and a.origin.kind != b.origin.kind:
         return False
@@ -269,6 +269,10 @@ class _InterleaveIterator(BlockIterator):
         Input elements go to empty slots in the order the sequential algorithm would visit
         them (from the current cycle position on), so the output order does not change.
         """
+        if None not in self.slots:
+            if len(self.ahead) < self.ds.cycle_length and not self.end_of_input:
+                self._open_ahead()
+            return
         C = self.ds.cycle_length
         for i in range(C):
             if self.end_of_input and not self.ahead:
