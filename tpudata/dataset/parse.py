@@ -41,7 +41,9 @@ def _parse_column(col, spec: dict, base_row: int) -> dict:
     if positions[0] is None:
         return parts[0]
     merged = concat_parsed(parts)
-    order = np.argsort(np.concatenate(positions), kind="stable")
+    where = np.concatenate(positions)  # a permutation: its inverse by one scatter, no sort
+    order = np.empty_like(where)
+    order[where] = np.arange(len(where), dtype=where.dtype)
     return {k: leaf_take(v, order) for k, v in merged.items()}
 
 
