@@ -31,7 +31,8 @@ logger = logging.getLogger(__name__)
 AUTOTUNE = -1
 MAX_ROUND_ELEMENTS = 65536
 # next() gathers small pieces into one block up to the consumer's ``want`` elements or about
-# this many bytes (a bound on what gathering holds beyond the readers' own buffers)
+# this many bytes (estimated from the first piece's elements): a bound on what gathering holds
+# beyond the readers' own buffers
 GATHER_BYTES = 8 << 20
 
 
@@ -123,18 +124,6 @@ def _same_kind(a: Block, b: Block) -> bool:
         if isinstance(x, np.ndarray) and (x.dtype != y.dtype or x.shape[1:] != y.shape[1:]):
             return False
     return True
-
-
-def _step_bytes(step, per_element: dict) -> float:
-    """About how many bytes a step's elements hold (per-element sizes cached by block)."""
-    entries, rounds, bl = step
-    total = 0.0
-    for block, _ in entries:
-        per = per_element.get(id(block))
-        if per is None:
-            per = per_element[id(block)] = block.nbytes / max(1, block.n)
-        total += per
-    return total * rounds * bl
 
 
 def _assemble(steps: list) -> Block:
@@ -322,9 +311,10 @@ class _InterleaveIterator(BlockIterator):
             return None
         if not self.exact_want and have < self.want:
             first = steps[0][0][0][0]
-            per_element: dict = {}  # id(block) -> bytes per element
-            size = _step_bytes(steps[-1], per_element)
-            while have < self.want and size < GATHER_BYTES and self._more_ready():
+            # the byte bound, in elements: estimated from the first piece's block
+            most = max(have, int(GATHER_BYTES * first.n / max(1, first.nbytes)))
+            want = min(self.want, most)
+            while have < want and self._more_ready():
                 got = self._step(steps, extra=True)
                 if got <= 0:
                     break
@@ -333,7 +323,6 @@ class _InterleaveIterator(BlockIterator):
                     self._untake()
                     break
                 have += got
-                size += _step_bytes(steps[-1], per_element)
         return _assemble(steps)
 
     def _more_ready(self) -> bool:
