@@ -318,19 +318,31 @@ class _InterleaveIterator(BlockIterator):
                 got = self._step(steps, extra=True)
                 if got <= 0:
                     break
-                if not all(_same_kind(first, b) for b, _ in steps[-1][0]):
+                if not self._joins(first, steps[-1][0]):
                     steps.pop()  # never mix column kinds or dtypes in one block
                     self._untake()
                     break
                 have += got
         return _assemble(steps)
 
+    @staticmethod
+    def _joins(first: Block, entries) -> bool:
+        for block, _ in entries:
+            if block is not first and not _same_kind(first, block):
+                return False
+        return True
+
     def _more_ready(self) -> bool:
         """Whether another piece comes without waiting for a reader (parallel mode)."""
         if not self.ds.parallel:
             return True
         self._fill_slots()
-        return all(s is None or self._ready(s) for s in self.slots)
+        for slot in self.slots:
+            if slot is not None:
+                c = slot.cursor
+                if not ((c.block is not None and c.pos < c.block.n) or slot.it.ready()):
+                    return False
+        return True
 
     def _untake(self) -> None:
         """Give back the last step (its cursors step back; the cycle position returns)."""
