@@ -165,14 +165,21 @@ def _assemble(steps: list) -> Block:
 
 
 class _Slot:
-    __slots__ = ("index", "element", "it", "cursor", "saved_element")
+    __slots__ = ("index", "element", "it", "cursor", "_saved")
 
     def __init__(self, index, element, it):
         self.index = index
         self.element = element
         self.it = it
         self.cursor = Cursor(it)
-        self.saved_element = jsonable(element)  # for get_state, computed once
+        self._saved = None
+
+    @property
+    def saved_element(self):
+        """The element in JSON form (for get_state), computed once when first asked for."""
+        if self._saved is None:
+            self._saved = (jsonable(self.element),)
+        return self._saved[0]
 
 
 class _InterleaveIterator(BlockIterator):
