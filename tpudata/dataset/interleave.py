@@ -279,7 +279,8 @@ class _InterleaveIterator(BlockIterator):
                 if slot is None:
                     break
                 slot.it.max_blocks = 2
-                slot.it.start()
+                if not slot.it.producer_done:  # (a small file opened ahead is read already)
+                    slot.it.start()
                 self.slots[k] = slot
         self._open_ahead()
 

@@ -191,6 +191,12 @@ class PooledReader(BlockIterator):
         self.state = state
 
     def close(self):
+        if self.producer_done and not self.scheduled and not self.closed:
+            # read to its end and no read queued or running: no worker touches it again
+            self.closed = True
+            self.items.clear()
+            self.it.close()
+            return
         with self.cond:
             if self.closed:
                 return
