@@ -11,6 +11,11 @@ sub-datasets on a bounded pool of reader threads (:mod:`tpudata.dataset.reader_p
 opens the next ``cycle_length`` input elements' datasets ahead, so many small files cost no
 thread each. The order stays TensorFlow's unless ``deterministic=False``: then, when the
 current slot has nothing ready, the next slot (in cycle order) that has elements ready is read.
+
+Small files give small pieces (a round of a few records, the end of a file). ``next()`` gathers
+pieces while more are ready, up to the consumer's ``want`` elements or about ``GATHER_BYTES``,
+and joins them with one gather, so the stages downstream (and ``get_state``) run per block, not
+per file. Pieces whose column kinds or dtypes differ are never joined.
 """
 
 from __future__ import annotations

@@ -6,6 +6,12 @@ many and small), an interleave owns ``threads`` workers; each open sub-iterator 
 Readers for the next input elements can be created ahead (their files open in the pool while
 the current ones are consumed). Blocks travel with the state after them, errors with their
 traceback, as in :mod:`tpudata.dataset.prefetch`.
+
+Many small files cost little: idle workers wait on a condition of their own (a new read wakes
+one worker, not every thread), a reader holding less than ``READ_THROUGH_BYTES`` reads one more
+block in the same task (so a small file is read to its end in one hand-off: at most
+``max_blocks`` blocks, or one more while under 1 MiB), and its end is handed to the consumer
+with its last block.
 """
 
 from __future__ import annotations
