@@ -235,3 +235,23 @@ def test_structured_features_through_the_dataset(tmp_path):
     for name in ("x", "s"):
         with pytest.raises(SpecError, match=rf"feature '{name}' is a .* put .parse\(...\) after .batch"):
             list(TFRecordDataset(path).parse({name: spec[name]}))
+
+
+def test_a_prepared_spec_parses_like_parse_examples():
+    # (the dataset's parse checks a spec once for a column spread over many read buffers)
+    from tpudata.example.parse import parse_prepared, prepare_spec
+    from tpudata.tfrecord.batch import RecordBatch
+
+    spec = {"s": SparseFeature("i", "v", np.float32, 3), "v": tpudata.VarLenFeature(np.float32),
+            "n": tpudata.FixedLenFeature([], np.int64, default_value=-1)}
+    prepared = prepare_spec(spec)
+    for records in ([rec(i=[0, 2], v=[1.0, 2.0], n=[4])], [rec(i=[1], v=[3.0]), rec(i=np.zeros(0, np.int64), v=np.zeros(0, np.float32))]):
+        batch = RecordBatch.from_records(records)
+        got, want = parse_prepared(batch, prepared), parse_examples(batch, spec)
+        assert got.keys() == want.keys()
+        assert got["n"].tolist() == want["n"].tolist()
+        assert [list(r) for r in got["v"].to_list()] == [list(r) for r in want["v"].to_list()]
+        for attr in ("indices", "values", "dense_shape"):
+            assert np.array_equal(getattr(got["s"], attr), getattr(want["s"], attr))
+    with pytest.raises(SpecError, match="non-empty mapping"):
+        prepare_spec({})

@@ -138,6 +138,20 @@ def test_reader_resumes_at_every_record_boundary(accel, tmp_path):
             assert [r for b in reader for r in b.to_list()] == records[i:]
 
 
+def test_small_files_get_a_buffer_of_their_size(tmp_path):
+    # many small files must not each allocate (and page-fault) a whole 8 MiB read buffer
+    records = [os.urandom(n) for n in (10, 300, 7)]
+    for compression in (None, ""):
+        path = write_file(tmp_path / f"s{compression}.tfrecord", records, compression)
+        size = os.path.getsize(path)
+        for start in (0, 26):
+            batches = list(TFRecordFileReader(path, compression=compression, start_offset=start))
+            assert [r for b in batches for r in b.to_list()] == records[start // 26:]
+            assert {len(b.buffer) for b in batches} == {size - start}
+    big = write_file(tmp_path / "big.tfrecord", [bytes(1000)] * 10)
+    assert [len(b.buffer) for b in TFRecordFileReader(big, buffer_size=4096)][0] == 4096
+
+
 def test_read_records_over_many_files_and_globs(tmp_path):
     a = write_file(tmp_path / "d-00000-of-00002", [b"a1", b"a2"])
     b = write_file(tmp_path / "d-00001-of-00002", [b"b1"], "GZIP")

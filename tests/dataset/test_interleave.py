@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 import time
 
+import numpy as np
 import pytest
 
+import tpudata
 from tpudata.dataset import Dataset, TFRecordDataset
+from tpudata.dataset.iterator import IterContext
+from tpudata.errors import CorruptRecordError
 from tests.dataset.helpers import (SPEC, check_restore_everywhere, outputs,
                                    tf_interleave_reference, tpudata_threads, write_shards)
 
@@ -85,3 +89,135 @@ def test_deterministic_false_restores_exactly_once():
 def test_bad_parallelism():
     with pytest.raises(ValueError, match="num_parallel_calls"):
         Dataset.range(3).interleave(lambda x: Dataset.range(2), num_parallel_calls=-5)
+
+
+# -- many small files: gathered blocks, open-ahead, read-through (issue 9, item 7) --------------
+def _tiny_shards(tmp_path, lengths):
+    paths = write_shards(tmp_path, len(lengths), lengths)
+    starts = np.cumsum([0] + list(lengths))
+    return paths, [list(range(starts[i], starts[i + 1])) for i in range(len(lengths))]
+
+
+TINY = [3, 1, 0, 4, 2, 5, 1, 1, 0, 3, 2, 2, 6, 1, 4, 3, 0, 2, 1, 3, 5, 2, 1, 1, 4, 2, 3, 1]
+
+
+@pytest.mark.parametrize("cycle,block,parallel", [(4, 1, 4), (3, 2, 2), (4, 1, None),
+                                                  (2, 3, None), (5, 2, 1)])
+def test_many_tiny_files_keep_tensorflows_order(tmp_path, cycle, block, parallel):
+    paths, ids = _tiny_shards(tmp_path, TINY * 3)
+    ds = (Dataset.from_tensor_slices(paths)
+          .interleave(lambda f: TFRecordDataset(f), cycle_length=cycle, block_length=block,
+                      num_parallel_calls=parallel)
+          .parse(SPEC).map(lambda e: e["id"]))
+    assert outputs(ds) == tf_interleave_reference(range(len(paths)), lambda i: ids[i], cycle, block)
+
+
+def test_small_files_are_gathered_into_few_blocks(tmp_path):
+    # 120 files of 2 records: a consumer asking for 64 elements gets blocks of many files'
+    # records (one gather), not a block per round or per file
+    paths, ids = _tiny_shards(tmp_path, [2] * 120)
+    for parallel in (None, 4):
+        ds = Dataset.from_tensor_slices(paths).interleave(
+            lambda f: TFRecordDataset(f), cycle_length=4, num_parallel_calls=parallel)
+        it = ds._make_iterator(IterContext())
+        sizes, records = [], []
+        try:
+            while True:
+                it.want = 64
+                block = it.next()
+                if block is None:
+                    break
+                sizes.append(block.n)
+                records += list(block.elements())
+        finally:
+            it.close()
+        expected = tf_interleave_reference(range(120), lambda i: ids[i], 4, 1)
+        assert tpudata.parse_examples(records, SPEC)["id"].tolist() == expected
+        assert sum(sizes) == 240
+        assert len(sizes) <= 240 // 8, (parallel, sizes)  # at least 8 elements per block on average
+        assert max(sizes) <= 64
+
+
+def test_restore_everywhere_over_many_tiny_files(tmp_path):
+    paths, _ = _tiny_shards(tmp_path, TINY)
+    for parallel in (3, None):
+        check_restore_everywhere(lambda: Dataset.from_tensor_slices(paths).interleave(
+            lambda f: TFRecordDataset(f), cycle_length=3, block_length=2,
+            num_parallel_calls=parallel).parse(SPEC).map(lambda e: e["id"]))
+        check_restore_everywhere(lambda: Dataset.from_tensor_slices(paths).interleave(
+            lambda f: TFRecordDataset(f), cycle_length=4, num_parallel_calls=parallel)
+            .batch(5).map(lambda b: b[-1]), stride=1)
+
+
+def test_gathering_never_mixes_dtypes():
+    # sub-datasets of ints and of floats: each element keeps its own dtype, although a
+    # consumer asking for many elements gets several sub-datasets' elements at once
+    def sub(i):
+        i = int(i)
+        ds = Dataset.range(10 * i, 10 * i + 1 + i % 3)
+        return ds.map(lambda x: np.float32(x) + 0.5) if i % 2 else ds
+
+    for parallel in (None, 3):
+        ds = Dataset.range(12).interleave(sub, cycle_length=3, num_parallel_calls=parallel)
+        got = outputs(ds.prefetch(4))
+        expected = tf_interleave_reference(
+            range(12), lambda i: [10 * i + j + (0.5 if i % 2 else 0) for j in range(1 + i % 3)],
+            3, 1)
+        assert got == expected
+        assert all(isinstance(v, float) == (v != int(v)) for v in got)
+
+
+def test_small_file_end_comes_in_one_hand_off(tmp_path):
+    from tpudata.dataset.reader_pool import READ_THROUGH_BYTES, PooledReader, ReaderPool
+
+    small = write_shards(tmp_path / "small", 1, 3)[0]
+    ctx = IterContext()
+    pool = ReaderPool(1, ctx)
+    try:
+        reader = PooledReader(TFRecordDataset(small)._make_iterator(ctx), pool, max_blocks=1)
+        reader.start()
+        with pool.cond:
+            pool.cond.wait_for(lambda: reader.producer_done, 5)
+        assert len(reader.items) == 2 and not reader.scheduled  # the block and the end, one task
+        block = reader.next()
+        assert block.n == 3 and reader.ready()  # the end is taken with it: no wait for it
+        after_block = reader.get_state()
+        assert reader.next() is None and reader.next() is None
+        assert reader.get_state() != after_block  # now past the end
+        # a big file is not read through: at most one block beyond max_blocks, under 1 MiB
+        big = str(tmp_path / "big.tfrecord")
+        tpudata.write_records(big, [bytes(300_000)] * 12)
+        reader = PooledReader(TFRecordDataset(big, buffer_size=1 << 20)._make_iterator(ctx), pool,
+                              max_blocks=1)
+        reader.start()
+        deadline = time.time() + 5
+        while (reader.scheduled or not reader.items) and time.time() < deadline:
+            time.sleep(0.01)
+        assert len(reader.items) == 2 and not reader.producer_done
+        assert reader.bytes - reader.items[-1][2] < READ_THROUGH_BYTES
+        assert sum(reader.next().n for _ in range(4)) == 12 and reader.next() is None
+        reader.close()
+    finally:
+        pool.close()
+
+
+def test_errors_among_many_files_name_the_file(tmp_path):
+    paths, _ = _tiny_shards(tmp_path, [2] * 40)
+    data = bytearray(open(paths[23], "rb").read())
+    data[-5] ^= 0xFF  # the second record's data
+    open(paths[23], "wb").write(bytes(data))
+    for parallel in (None, 4):
+        ds = Dataset.from_tensor_slices(paths).interleave(
+            lambda f: TFRecordDataset(f), cycle_length=4, num_parallel_calls=parallel).parse(SPEC)
+        with pytest.raises(CorruptRecordError) as info:
+            list(ds)
+        assert info.value.path == paths[23] and str(paths[23]) in str(info.value)
+        at = len(data) // 2 + 12  # the second record's data, after its 12-byte header (as TF)
+        assert info.value.offset == at and f"corrupted record at {at}" in str(info.value)
+    # a record that does not fit the spec, in a block gathered from many files
+    bad = str(tmp_path / "zz-bad")
+    tpudata.write_records(bad, [tpudata.encode_example({"id": 7, "x": np.zeros(3, np.float32)})])
+    ds = Dataset.from_tensor_slices(paths[:20] + [bad] + paths[20:23]).interleave(
+        lambda f: TFRecordDataset(f), cycle_length=4, num_parallel_calls=4).parse(SPEC)
+    with pytest.raises(tpudata.SpecError, match=rf"{bad}: record 0 of the file.*'tag' is required"):
+        list(ds)

@@ -73,7 +73,7 @@ class RecordColumn:
                     k = where[key] = len(buffers)
                     buffers.append(c.buffers[0])
                     sources.append(c.sources[0])
-                idx_parts.append(np.full(len(c), k, dtype=np.int32))
+                idx_parts.append((k, len(c)))  # expanded below, all at once when possible
                 continue
             remap = np.empty(len(c.buffers), dtype=np.int32)
             for k, (buf, src) in enumerate(zip(c.buffers, c.sources)):
@@ -84,7 +84,14 @@ class RecordColumn:
                     sources.append(src)
                 remap[k] = where[key]
             idx_parts.append(remap[c.buf_idx])
-        buf_idx = None if len(buffers) == 1 else np.concatenate(idx_parts)
+        if len(buffers) == 1:
+            buf_idx = None
+        elif all(type(p) is tuple for p in idx_parts):  # one buffer per part: one repeat
+            ks, ns = zip(*idx_parts)
+            buf_idx = np.repeat(np.array(ks, dtype=np.int32), ns)
+        else:
+            buf_idx = np.concatenate([np.full(p[1], p[0], dtype=np.int32) if type(p) is tuple
+                                      else p for p in idx_parts])
         return RecordColumn(buffers, sources, buf_idx, np.concatenate([c.offsets for c in cols]),
                             np.concatenate([c.lengths for c in cols]))
 

@@ -11,6 +11,11 @@ sub-datasets on a bounded pool of reader threads (:mod:`tpudata.dataset.reader_p
 opens the next ``cycle_length`` input elements' datasets ahead, so many small files cost no
 thread each. The order stays TensorFlow's unless ``deterministic=False``: then, when the
 current slot has nothing ready, the next slot (in cycle order) that has elements ready is read.
+
+Small files give small pieces (a round of a few records, the end of a file). ``next()`` gathers
+pieces while more are ready, up to the consumer's ``want`` elements or about ``GATHER_BYTES``,
+and joins them with one gather, so the stages downstream (and ``get_state``) run per block, not
+per file. Pieces whose column kinds or dtypes differ are never joined.
 """
 
 from __future__ import annotations
@@ -30,6 +35,10 @@ logger = logging.getLogger(__name__)
 
 AUTOTUNE = -1
 MAX_ROUND_ELEMENTS = 65536
+# next() gathers small pieces into one block up to the consumer's ``want`` elements or about
+# this many bytes (estimated from the first piece's elements): a bound on what gathering holds
+# beyond the readers' own buffers
+GATHER_BYTES = 8 << 20
 
 
 class InterleaveDataset(Dataset):
@@ -112,15 +121,74 @@ def _known_files(ds) -> list[str] | None:
     return None
 
 
+def _same_kind(a: Block, b: Block) -> bool:
+    """Whether ``b`` joins ``a`` without changing a column's kind, dtype or element shape."""
+    if (a.tree is not b.tree and a.tree != b.tree) or (a.origin is None) != (b.origin is None):
+        return False
+    if a.origin is not None and a.origin.kind != b.origin.kind:
+        return False
+    for x, y in zip(a.leaves, b.leaves):
+        if type(x) is not type(y):
+            return False
+        if isinstance(x, np.ndarray) and (x.dtype != y.dtype or x.shape[1:] != y.shape[1:]):
+            return False
+    return True
+
+
+def _assemble(steps: list) -> Block:
+    """One block from interleave steps ``([(block, start) per slot], rounds, bl)``: step
+    elements run round by round, ``bl`` from each slot's block in turn. A single contiguous
+    piece is a slice (no copy); else the used spans are joined and gathered once."""
+    if len(steps) == 1 and len(steps[0][0]) == 1:
+        ((block, start),), rounds, bl = steps[0]
+        return block.slice(start, start + rounds * bl)
+    spans: dict = {}  # id(block) -> [block, lo, hi]
+    for entries, rounds, bl in steps:
+        n = rounds * bl
+        for block, start in entries:
+            span = spans.get(id(block))
+            if span is None:
+                spans[id(block)] = [block, start, start + n]
+            else:
+                span[1] = min(span[1], start)
+                span[2] = max(span[2], start + n)
+    parts, base, off = [], {}, 0
+    for key, (block, lo, hi) in spans.items():
+        base[key] = off - lo
+        parts.append(block.slice(lo, hi))
+        off += hi - lo
+    idx = []
+    for entries, rounds, bl in steps:
+        if len(entries) == 1:
+            b = base[id(entries[0][0])] + entries[0][1]
+            idx.append(np.arange(b, b + rounds * bl))
+            continue
+        b = np.array([base[id(block)] + start for block, start in entries], dtype=np.int64)
+        within = (np.arange(rounds) * bl)[:, None, None] + np.arange(bl)[None, None, :]
+        idx.append((b[None, :, None] + within).reshape(-1))
+    whole = Block.concat(parts)
+    order = np.concatenate(idx)
+    if len(order) == whole.n and bool((order[1:] > order[:-1]).all()):
+        return whole  # the pieces were already in order
+    return whole.take(order)
+
+
 class _Slot:
-    __slots__ = ("index", "element", "it", "cursor", "saved_element")
+    __slots__ = ("index", "element", "it", "cursor", "_saved")
 
     def __init__(self, index, element, it):
         self.index = index
         self.element = element
         self.it = it
         self.cursor = Cursor(it)
-        self.saved_element = jsonable(element)  # for get_state, computed once
+        self._saved = None
+
+    @property
+    def saved_element(self):
+        """The element in JSON form (for get_state), computed once when first asked for."""
+        if self._saved is None:
+            self._saved = (jsonable(self.element),)
+        return self._saved[0]
 
 
 class _InterleaveIterator(BlockIterator):
@@ -154,6 +222,7 @@ class _InterleaveIterator(BlockIterator):
         # replay "snapshot + n elements"; blocks then hold at most ``want`` elements of one slot
         # and the state after each block is exact on its own
         self.exact_want = ds.parallel and not self.deterministic
+        self._last = None  # (cycle_index, block_index, [(cursor, n)]) of the last piece
 
     # -- slots -----------------------------------------------------------------------------------
     def _open(self, index: int, element) -> _Slot:
@@ -215,6 +284,10 @@ class _InterleaveIterator(BlockIterator):
         Input elements go to empty slots in the order the sequential algorithm would visit
         them (from the current cycle position on), so the output order does not change.
         """
+        if None not in self.slots:
+            if len(self.ahead) < self.ds.cycle_length and not self.end_of_input:
+                self._open_ahead()
+            return
         C = self.ds.cycle_length
         for i in range(C):
             if self.end_of_input and not self.ahead:
@@ -225,7 +298,8 @@ class _InterleaveIterator(BlockIterator):
                 if slot is None:
                     break
                 slot.it.max_blocks = 2
-                slot.it.start()
+                if not slot.it.producer_done:  # (a small file opened ahead is read already)
+                    slot.it.start()
                 self.slots[k] = slot
         self._open_ahead()
 
@@ -258,6 +332,63 @@ class _InterleaveIterator(BlockIterator):
                     s is not None and s.it.ready() for s in self.slots), self.ctx)
 
     def next(self):
+        """About ``want`` elements. Small pieces (rounds over small files, the ends of files)
+        are gathered while more are ready and joined with one gather, so downstream stages
+        and ``get_state`` run per block, not per file."""
+        steps: list = []
+        have = self._step(steps)
+        if not have:
+            return None
+        if not self.exact_want and have < self.want:
+            first = steps[0][0][0][0]
+            # the byte bound, in elements: estimated from the first piece's block
+            most = max(have, int(GATHER_BYTES * first.n / max(1, first.nbytes)))
+            want = min(self.want, most)
+            while have < want and self._more_ready():
+                got = self._step(steps, extra=True)
+                if got <= 0:
+                    break
+                if not self._joins(first, steps[-1][0]):
+                    steps.pop()  # never mix column kinds or dtypes in one block
+                    self._untake()
+                    break
+                have += got
+        return _assemble(steps)
+
+    @staticmethod
+    def _joins(first: Block, entries) -> bool:
+        for block, _ in entries:
+            if block is not first and not _same_kind(first, block):
+                return False
+        return True
+
+    def _more_ready(self) -> bool:
+        """Whether another piece comes without waiting for a reader (parallel mode)."""
+        if not self.ds.parallel:
+            return True
+        self._fill_slots()
+        for slot in self.slots:
+            if slot is not None:
+                c = slot.cursor
+                if not ((c.block is not None and c.pos < c.block.n) or slot.it.ready()):
+                    return False
+        return True
+
+    def _untake(self) -> None:
+        """Give back the last step (its cursors step back; the cycle position returns)."""
+        cycle_index, block_index, cursors, n = self._last
+        for cursor in cursors:
+            cursor.pos -= n
+        self.cycle_index, self.block_index = cycle_index, block_index
+
+    def _step(self, steps: list, extra: bool = False) -> int:
+        """Append the next step ``([(block, start) per slot], rounds, block_length)`` to
+        ``steps`` (see :func:`_assemble`); returns its element count, 0 at the end.
+
+        ``extra`` (gathering more than the first step): return -1 instead of asking a
+        sub-iterator that hands out exactly what it is asked for (filter, batch, ...) for a
+        block, so a step given back by :meth:`_untake` never holds such a block's elements.
+        """
         free = self.ds.parallel and not self.deterministic
         while True:
             if self.ds.parallel:
@@ -265,22 +396,28 @@ class _InterleaveIterator(BlockIterator):
             if free:
                 self._pick_ready()
             if not free:
-                fast = self._rounds()
-                if fast is not None:
+                fast = self._rounds(steps)
+                if fast:
                     return fast
             k = self.cycle_index
             slot = self.slots[k]
             if slot is not None:
-                avail = slot.cursor.available()
+                cursor = slot.cursor
+                if extra and cursor.it.exact_want and (cursor.block is None
+                                                       or cursor.pos >= cursor.block.n):
+                    return -1
+                avail = cursor.available()
                 if avail:
                     take = min(avail, self.ds.block_length - self.block_index)
                     if free:
                         take = min(take, max(1, int(self.want)))
-                    out = slot.cursor.next_block(take)
+                    self._last = (self.cycle_index, self.block_index, (cursor,), take)
+                    steps.append((((cursor.block, cursor.pos),), 1, take))
+                    cursor.pos += take
                     self.block_index += take
                     if self.block_index == self.ds.block_length:
                         self._advance()
-                    return out
+                    return take
                 self._close_slot(k)
                 self._advance()
             elif not self.end_of_input:
@@ -292,45 +429,46 @@ class _InterleaveIterator(BlockIterator):
                 self.slots[k] = self._open(self.opened, element)
                 self.opened += 1
             elif all(s is None for s in self.slots):
-                return None
+                return 0
             else:
                 self._advance()
 
-    def _rounds(self) -> Block | None:
-        """Whole rounds over the open slots at once, when every slot has enough buffered."""
+    def _rounds(self, steps: list) -> int:
+        """Whole rounds over the open slots at once, when every slot has enough buffered
+        (and their blocks agree in kind): appends one step, returns its element count."""
         if self.block_index != 0:
-            return None
+            return 0
         C, bl = self.ds.cycle_length, self.ds.block_length
-        order = [(self.cycle_index + i) % C for i in range(C)]
         open_slots = []
-        for k in order:
-            slot = self.slots[k]
+        for i in range(C):
+            slot = self.slots[(self.cycle_index + i) % C]
             if slot is None:
                 if not self.end_of_input:
-                    return None
+                    return 0
                 continue
-            if slot.cursor.block is None or slot.cursor.pos >= slot.cursor.block.n:
+            cursor = slot.cursor
+            if cursor.block is None or cursor.pos >= cursor.block.n:
                 if slot.it.exact_want:  # (filter, scan, generators): a block read ahead here
-                    return None  # would sit unconsumed, and their states name no such block
-                if not slot.cursor._fill():
-                    return None  # exhausted: the step-by-step path closes it
-            open_slots.append(slot)
+                    return 0  # would sit unconsumed, and their states name no such block
+                if not cursor._fill():
+                    return 0  # exhausted: the step-by-step path closes it
+            open_slots.append(cursor)
         if not open_slots:
-            return None
-        rounds = min((s.cursor.block.n - s.cursor.pos) // bl for s in open_slots)
+            return 0
+        rounds = min((c.block.n - c.pos) // bl for c in open_slots)
         rounds = min(rounds, max(1, MAX_ROUND_ELEMENTS // (bl * len(open_slots))))
         if rounds < 1:
-            return None
+            return 0
+        first = open_slots[0].block
+        if not all(_same_kind(first, c.block) for c in open_slots[1:]):
+            return 0  # one slot at a time: the blocks must not be joined
         per = rounds * bl
-        parts = [s.cursor.next_block(per) for s in open_slots]
-        if len(parts) == 1:
-            return parts[0]
-        m = len(parts)
-        q = np.arange(rounds)[:, None, None]
-        s = np.arange(m)[None, :, None]
-        j = np.arange(bl)[None, None, :]
-        perm = (s * per + q * bl + j).reshape(-1)
-        return Block.concat(parts).take(perm)
+        self._last = (self.cycle_index, self.block_index, open_slots, per)
+        steps.append((tuple((c.block, c.pos) for c in open_slots), rounds, bl))
+        for c in open_slots:
+            c.pos += per
+        return per * len(open_slots)
+
 
     # -- state -----------------------------------------------------------------------------------
     def get_state(self):

@@ -14,7 +14,7 @@ from tpudata.dataset.block import Block, RecordColumn, leaf_take
 from tpudata.dataset.common import PartialBlock, _BlockMapIterator, _threads, _Unary
 from tpudata.dataset.nest import flatten
 from tpudata.example.batching import concat_parsed
-from tpudata.example.parse import parse_examples
+from tpudata.example.parse import parse_examples, parse_prepared, prepare_spec
 from tpudata.errors import InvalidExampleError, SpecError
 from tpudata.example.features import FixedLenSequenceFeature, RaggedFeature
 from tpudata.example.spec import FixedLenFeature, VarLenFeature, normalize_spec
@@ -34,14 +34,16 @@ def _parse_column(col, spec: dict, base_row: int) -> dict:
         if len(col) and not isinstance(col.ravel()[0], (bytes, bytearray, memoryview)):
             raise TypeError(f"parse() needs bytes elements, got {type(col.ravel()[0]).__name__}")
         col = RecordColumn.from_bytes(list(col))
-    parts, positions = [], []
-    for batch, pos in col.groups():
-        parts.append(parse_examples(batch, spec, base_row=base_row))
-        positions.append(pos)
-    if positions[0] is None:
-        return parts[0]
+    groups = list(col.groups())
+    if len(groups) == 1:
+        return parse_examples(groups[0][0], spec, base_row=base_row)
+    prepared = prepare_spec(spec)  # checked once for the many read buffers of the column
+    parts = [parse_prepared(batch, prepared, base_row) for batch, _ in groups]
+    positions = [pos for _, pos in groups]
     merged = concat_parsed(parts)
-    order = np.argsort(np.concatenate(positions), kind="stable")
+    where = np.concatenate(positions)  # a permutation: its inverse by one scatter, no sort
+    order = np.empty_like(where)
+    order[where] = np.arange(len(where), dtype=where.dtype)
     return {k: leaf_take(v, order) for k, v in merged.items()}
 
 

@@ -6,6 +6,12 @@ many and small), an interleave owns ``threads`` workers; each open sub-iterator 
 Readers for the next input elements can be created ahead (their files open in the pool while
 the current ones are consumed). Blocks travel with the state after them, errors with their
 traceback, as in :mod:`tpudata.dataset.prefetch`.
+
+Many small files cost little: idle workers wait on a condition of their own (a new read wakes
+one worker, not every thread), a reader holding less than ``READ_THROUGH_BYTES`` reads one more
+block in the same task (so a small file is read to its end in one hand-off: at most
+``max_blocks`` blocks, or one more while under 1 MiB), and its end is handed to the consumer
+with its last block.
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ from tpudata.dataset.iterator import DEFAULT_WANT, BlockIterator, IterContext, w
 logger = logging.getLogger(__name__)
 
 _END = object()
+# a reader holding less than this reads one more block beyond ``max_blocks`` in the same task,
+# so a small file's end (or its next small block) needs no second hand-off
+READ_THROUGH_BYTES = 1 << 20
 _pool_ids = itertools.count()
 
 
@@ -30,7 +39,8 @@ class ReaderPool:
         self.size = max(1, int(threads))
         self.ctx = ctx
         self.name = f"{name}-{next(_pool_ids)}"
-        self.cond = threading.Condition()
+        self.cond = threading.Condition()  # consumers wait here for blocks
+        self.work = threading.Condition(self.cond._lock)  # idle workers wait here for reads
         self.tasks: collections.deque = collections.deque()
         self.workers: list[threading.Thread] = []
         self.idle = 0
@@ -44,7 +54,8 @@ class ReaderPool:
                                  daemon=True)
             self.workers.append(t)
             t.start()
-        self.cond.notify_all()
+        elif self.idle:
+            self.work.notify()  # one worker, not every waiting thread
 
     def _run(self) -> None:
         while True:
@@ -52,7 +63,7 @@ class ReaderPool:
                 self.idle += 1
                 try:
                     while not self.tasks and not self._stopping():
-                        self.cond.wait(0.1)
+                        self.work.wait(0.1)
                 finally:
                     self.idle -= 1
                 if self._stopping():
@@ -68,6 +79,7 @@ class ReaderPool:
             self.stopped = True
             self.tasks.clear()
             self.cond.notify_all()
+            self.work.notify_all()
         for t in self.workers:
             t.join(self.ctx.join_budget())  # closing: a shared deadline, not one per thread
         self.workers = []
@@ -89,6 +101,7 @@ class PooledReader(BlockIterator):
         self.producer_done = False
         self.closed = False
         self.finished = False
+        self.end_state = None  # the state after the end, when it came with the last block
         self.state = it.get_state()  # consumer-side position
 
     # -- pool side -------------------------------------------------------------------------------
@@ -104,8 +117,12 @@ class PooledReader(BlockIterator):
             self._schedule()
 
     def _has_room(self) -> bool:
-        return (not self.producer_done and not self.closed and len(self.items) < self.max_blocks
-                and self.bytes < self.max_bytes)
+        if self.producer_done or self.closed:
+            return False
+        if len(self.items) < self.max_blocks and self.bytes < self.max_bytes:
+            return True
+        # a small file: read on to its end in the same task (one hand-off per file, not two)
+        return self.bytes < READ_THROUGH_BYTES and len(self.items) <= self.max_blocks
 
     def _step(self) -> None:
         """Read blocks while there is room (one task per file for small files), then yield."""
@@ -141,13 +158,21 @@ class PooledReader(BlockIterator):
 
     def next(self):
         if self.finished:
+            if self.end_state is not None:  # the end was taken with the last block
+                self.state, self.end_state = self.end_state, None
             return None
         with self.cond:
-            self._schedule()
-            wait_for(self.cond, lambda: self.items, self.pool.ctx)
+            if not self.items:
+                self._schedule()
+                wait_for(self.cond, lambda: self.items, self.pool.ctx)
             item, after, nbytes = self.items.popleft()
             self.bytes -= nbytes
-            self._schedule()
+            if self.items and self.items[0][0] is _END and item is not _END:
+                # a small file's end came with its last block: no second hand-off for it
+                self.end_state = self.items.popleft()[1]
+                self.finished = True
+            else:
+                self._schedule()
         if isinstance(item, BaseException):
             self.finished = True
             raise item
@@ -167,19 +192,27 @@ class PooledReader(BlockIterator):
             self.bytes = 0
             self.producer_done = False
         self.finished = False
+        self.end_state = None
         self.it.set_state(state)
         self.state = state
 
     def close(self):
+        if self.producer_done and not self.scheduled and not self.closed:
+            # read to its end and no read queued or running: no worker touches it again
+            self.closed = True
+            self.items.clear()
+            self.it.close()
+            return
         with self.cond:
             if self.closed:
                 return
             self.closed = True
-            try:
-                self.pool.tasks.remove(self)
-                self.scheduled = False
-            except ValueError:
-                pass
+            if self.scheduled:
+                try:
+                    self.pool.tasks.remove(self)
+                    self.scheduled = False
+                except ValueError:  # a worker is reading it now
+                    pass
             busy = self.scheduled  # a worker is reading: it closes the sub-iterator
             self.items.clear()
         if not busy:

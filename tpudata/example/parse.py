@@ -240,16 +240,30 @@ def parse_examples(records, spec: Mapping, base_row: int = 0) -> dict:
     a wrong number of values raises :class:`~tpudata.errors.SpecError` naming the feature and the
     record's position (``base_row`` + index in the batch, and file/offset when known).
     """
+    batch = records if isinstance(records, RecordBatch) else RecordBatch.from_records(records)
+    return parse_prepared(batch, prepare_spec(spec), base_row)
+
+
+def prepare_spec(spec: Mapping) -> tuple:
+    """A checked spec with its feature keys, for :func:`parse_prepared` (parsing many batches
+    with one spec, e.g. one per read buffer, checks and encodes the spec once)."""
     from tpudata.example import structured  # builds on VarLenValues above
 
     spec = normalize_spec(spec)
-    batch = records if isinstance(records, RecordBatch) else RecordBatch.from_records(records)
     names = list(spec)
     for name, feat in spec.items():
         if not isinstance(feat, (FixedLenFeature, VarLenFeature)):
             names += [k for k, _ in structured.needed_keys(name, feat) if k not in names]
     fidx_of = {name: i for i, name in enumerate(names)}
-    locs = _locate(batch, tuple(name.encode("utf-8") for name in names))
+    return spec, fidx_of, tuple(name.encode("utf-8") for name in names)
+
+
+def parse_prepared(batch: RecordBatch, prepared: tuple, base_row: int = 0) -> dict:
+    """:func:`parse_examples` of a :class:`RecordBatch` with a spec from :func:`prepare_spec`."""
+    from tpudata.example import structured
+
+    spec, fidx_of, keys = prepared
+    locs = _locate(batch, keys)
     cache: dict = {}
 
     def varlen(key: str, dtype) -> VarLenValues:

@@ -9,7 +9,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Union
+from collections.abc import Mapping
+from typing import Any, Union
 
 import numpy as np
 
@@ -133,7 +134,7 @@ Feature = Union[FixedLenFeature, VarLenFeature]
 
 def normalize_spec(spec: Mapping[str, Feature]) -> dict:
     """Check a ``{name: feature spec}`` mapping; returns it as a dict."""
-    if not isinstance(spec, Mapping) or not spec:
+    if not isinstance(spec, Mapping) or not spec:  # collections.abc: a C-level check
         raise SpecError("a feature spec is a non-empty mapping of name -> FixedLenFeature/VarLenFeature")
     from tpudata.example.features import STRUCTURED  # features builds on this module
 

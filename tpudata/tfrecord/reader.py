@@ -324,6 +324,8 @@ class TFRecordFileReader:
     def _batches(self, src) -> Iterator[RecordBatch]:
         bufsize = self.buffer_size
         known_size = src.size if not self.compression else None
+        if known_size is not None:  # a small file gets a buffer of its size, not buffer_size
+            bufsize = max(1, min(bufsize, known_size - self.offset))
         buf = np.empty(bufsize, dtype=np.uint8)
         filled = 0
         base = self.offset
