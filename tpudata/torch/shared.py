@@ -132,10 +132,13 @@ class _Planner:
 _libc = None
 
 
-def _populate(block: torch.Tensor) -> None:
-    """Fault a new block's pages in with one madvise (MADV_POPULATE_WRITE, Linux >= 5.14)
-    instead of one trap per 4 KB page; a no-op where that is not available. Raises MemoryError
-    when /dev/shm cannot hold the block (writing to it would kill the worker with SIGBUS)."""
+MADV_POPULATE_READ, MADV_POPULATE_WRITE = 22, 23
+
+
+def _populate(block: torch.Tensor, advice: int = MADV_POPULATE_WRITE) -> None:
+    """Fault a block's pages in with one madvise (Linux >= 5.14) instead of one trap per 4 KB
+    page; a no-op where that is not available. Raises MemoryError when /dev/shm cannot hold a
+    new block (writing to it would kill the worker with SIGBUS)."""
     global _libc
     if not sys.platform.startswith("linux"):
         return
@@ -144,7 +147,7 @@ def _populate(block: torch.Tensor) -> None:
 
         _libc = ctypes.CDLL(None, use_errno=True)
         _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    if _libc.madvise(block.data_ptr(), block.numel(), 23) != 0:
+    if _libc.madvise(block.data_ptr(), block.numel(), advice) != 0 and advice == MADV_POPULATE_WRITE:
         import ctypes  # noqa: PLC0415
 
         err = ctypes.get_errno()
@@ -248,6 +251,10 @@ def _copy(view: np.ndarray, at: int, nbytes: int, dtype, shape) -> np.ndarray:
 def _unpack(block, skeleton, bytes_as: str):
     if block is None:
         return skeleton
+    with _mapped_lock:
+        known = block.data_ptr() in _mapped
+    if not known:  # newly mapped here: map its pages in one go
+        _populate(block, MADV_POPULATE_READ)
     view = block.numpy()
     mv = memoryview(view)
 
