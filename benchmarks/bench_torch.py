@@ -2,22 +2,31 @@
 same files, same run; and TFRecordSource.__getitems__ random reads/s, local and via fake_gcs.
 
 Workloads (as in bench_read.py, written once into --dir as 4 shards with index files):
-  A: ~110 KB records (image/encoded 80-140 KB + label ...), batches of 128; parse encoded + label.
-  B: 105-byte Examples (x: 16 floats, y: int64), batches of 1024; parse x + y.
+  A: ~110 KB records (image/encoded 80-140 KB + label ...), 4 x --a-shard-mb MB (default 100, as
+     bench_read.py: an epoch of ~3,800 records, ~30 batches), batches of 128; parse encoded + label.
+  B: 105-byte Examples (x: 16 floats, y: int64), 4 x 100,000, batches of 1024; parse x + y.
 
-Peers: ``tfrecord.torch.dataset.TFRecordDataset`` (one per shard, chained, each split over the
-workers through its index) and ``MultiTFRecordDataset`` (all shards, ``infinite=False``), in a
-``DataLoader(batch_size=B, num_workers=2)``; tfrecord does not check CRCs, tpudata does.
-tpudata: ``TFRecordIterable(files, B, pipeline=parse, num_workers=2)`` in
-``DataLoader(batch_size=None, num_workers=2)``; and, for reference, the same in the main process
-(``num_workers=0``: no inter-process copies). All worker processes use the fork start method (Linux's default),
-one warm-up epoch each, best of --repeat epochs (worker start-up included). Besides wall-clock
-records/s it prints records per CPU-second (main process + joined workers): on a shared machine
-that is the steadier comparison. Never run this in a
-process that imports TensorFlow.
+What each side hands the training loop, per batch, in the main process:
+  tfrecord ``TFRecordDataset`` (one per shard, chained, each split over the workers through its
+  index) and ``MultiTFRecordDataset`` (all shards, ``infinite=False``) in
+  ``DataLoader(batch_size=B, num_workers=2)``: on A (variable-length images cannot be stacked)
+  a list of B dicts {"image/encoded": bytes, "image/class/label": int64 array}; on B
+  default_collate's tensors. tfrecord does not check CRCs.
+  tpudata ``TFRecordIterable(files, B, pipeline=parse, num_workers=2)`` in
+  ``DataLoader(batch_size=None, num_workers=2)``: {"image/encoded": list of B bytes (or with
+  ``bytes_as="tensor"`` one ByteStrings: a uint8 tensor + offsets), "image/class/label": int64
+  tensor, "weight": float32 tensor}; on B tensors. CRCs checked. Batches leave the workers through
+  reused shared memory (tpudata/torch/shared.py) and arrive owned by the main process.
+  And, for reference, tpudata in the main process (``num_workers=0``: no inter-process copies).
+
+All worker processes use the fork start method (Linux's default) and start afresh every epoch
+(the DataLoader default); one warm-up epoch each, best of --repeat epochs (worker start-up
+included). Besides wall-clock records/s it prints records per CPU-second (main process + joined
+workers): on a shared machine that is the steadier comparison. Never run this in a process that
+imports TensorFlow.
 
     python benchmarks/bench_torch.py                   # A, B and random access
-    python benchmarks/bench_torch.py --workload B --repeat 5 --skip-gcs
+    python benchmarks/bench_torch.py --workload A --repeat 3 --skip-random
 """
 
 from __future__ import annotations
@@ -52,14 +61,15 @@ def spec(workload: str) -> dict:
     return {"x": tpudata.FixedLenFeature([16], np.float32), "y": tpudata.FixedLenFeature([], np.int64)}
 
 
-def make_files(directory: str, workload: str) -> list[str]:
+def make_files(directory: str, workload: str, a_shard_mb: int = 100) -> list[str]:
     os.makedirs(directory, exist_ok=True)
     files = []
+    name = f"a{a_shard_mb}m" if workload == "A" else "b"
     for k in range(SHARDS):
-        path = os.path.join(directory, f"{workload.lower()}-{k:05d}-of-{SHARDS:05d}")
+        path = os.path.join(directory, f"{name}-{k:05d}-of-{SHARDS:05d}")
         if not os.path.exists(path + ".idx"):
             if workload == "A":
-                make_a(path, target_bytes=25 << 20, seed=k)
+                make_a(path, target_bytes=a_shard_mb << 20, seed=k)
             else:
                 make_b(path, n=100_000, seed=k)
             tpudata.build_index(path, path + ".idx")
@@ -157,13 +167,15 @@ def bench_loader(workload: str, files: list[str], repeat: int) -> None:
                       batch_size=b, num_workers=2, multiprocessing_context="fork",
                       **({"collate_fn": collate} if collate else {})),
         key, repeat)
-    ours, ours_cpu = results["tpudata"][:2]
     print(f"\nworkload {workload}: DataLoader(num_workers=2), batches of {b}, {SHARDS} shards "
           f"(wall records/s; records per CPU-second of the main process + workers)")
     for name, (rate, per_cpu, rows) in results.items():
-        ratio = "" if name.startswith("tpudata") else (f"   tpudata is {ours / rate:.2f}x wall, "
-                                              f"{ours_cpu / per_cpu:.2f}x CPU")
-        print(f"  {name:32s} {rate:10,.0f} rec/s {per_cpu:10,.0f} rec/CPU-s  ({rows} records){ratio}")
+        print(f"  {name:32s} {rate:10,.0f} rec/s {per_cpu:10,.0f} rec/CPU-s  ({rows} records)")
+    ours = [k for k in results if k.startswith("tpudata") and "num_workers=0" not in k]
+    for mine in ours:
+        for peer in (k for k in results if not k.startswith("tpudata")):
+            (r1, c1, _), (r2, c2, _) = results[mine], results[peer]
+            print(f"  ratio {mine} / {peer}: {r1 / r2:.2f}x wall, {c1 / c2:.2f}x per CPU-second")
 
 
 def random_reads(src, batch: int, seconds: float) -> float:
@@ -234,6 +246,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "tpudata-bench", "torch"))
     p.add_argument("--workload", choices=["A", "B", "both"], default="both")
+    p.add_argument("--a-shard-mb", type=int, default=100, help="size of each of A's 4 shards")
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--seconds", type=float, default=3.0, help="per random-access measurement")
     p.add_argument("--skip-loader", action="store_true")
@@ -242,7 +255,7 @@ def main() -> int:
     args = p.parse_args()
     if "tensorflow" in sys.modules:
         raise SystemExit("never run the tfrecord package in a process with TensorFlow")
-    files = {w: make_files(args.dir, w) for w in ("A", "B")}
+    files = {w: make_files(args.dir, w, args.a_shard_mb) for w in ("A", "B")}
     print(f"cores: {os.cpu_count()}; the machine may be shared: compare ratios, not absolutes")
     if not args.skip_loader:
         for w in ("A", "B") if args.workload == "both" else (args.workload,):

@@ -7,6 +7,12 @@ so that every reader yields the same number of batches (the padding rows have we
 ``mask_key``), know their ``len()``, and save/restore mid-epoch through ``state_dict()`` /
 ``load_state_dict()`` (what ``torchdata.stateful_dataloader.StatefulDataLoader`` calls in each
 worker). Use them with ``DataLoader(ds, batch_size=None, num_workers=...)``: they batch already.
+
+In a DataLoader worker a batch leaves as one block of reused shared memory
+(:mod:`tpudata.torch.shared`) and arrives in the main process as the same dict of tensors /
+``bytes`` / :class:`ByteStrings` as without workers; ``shared_memory=False`` yields plain dicts
+in the worker instead (for a ``collate_fn`` that wants to see them there), at the cost of torch's
+per-tensor sharing and pickled byte strings.
 """
 
 from __future__ import annotations
@@ -17,10 +23,17 @@ from typing import Callable, Iterable, Iterator
 import torch
 import torch.utils.data
 
+# the Dataset ops import lazily; import the ones every pipeline here uses now, so that forked
+# DataLoader workers inherit them instead of importing them again at every epoch
+import tpudata.dataset.batch  # noqa: F401
+import tpudata.dataset.parse  # noqa: F401
+import tpudata.dataset.prefetch  # noqa: F401
+import tpudata.dataset.shuffle  # noqa: F401
 from tpudata import storage
 from tpudata.distribute.batches import SourceBatches
 from tpudata.distribute.counts import equal_num_batches, file_record_counts
 from tpudata.distribute.pipeline import split_batches, split_mode
+from tpudata.torch.shared import in_worker, pack
 from tpudata.torch.split import Split, current_split, rank_and_world
 from tpudata.torch.tensors import BYTES_AS, to_torch
 
@@ -31,10 +44,11 @@ class _SplitIterable(torch.utils.data.IterableDataset):
     """Shared machinery: the split, epochs, tensors and the resumable state."""
 
     def __init__(self, batch_size: int, num_workers: int | None, rank: int | None,
-                 world_size: int | None, mask_key: str, bytes_as: str):
+                 world_size: int | None, mask_key: str, bytes_as: str, shared_memory: bool):
         if bytes_as not in BYTES_AS:
             raise ValueError(f"bytes_as must be one of {BYTES_AS}, not {bytes_as!r}")
         self.bytes_as = bytes_as
+        self.shared_memory = bool(shared_memory)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, not {batch_size}")
         self.batch_size = int(batch_size)
@@ -78,9 +92,11 @@ class _SplitIterable(torch.utils.data.IterableDataset):
                 f"ranks and DataLoader workers")
         self._split = split
         it = self._it = self._open(split, None if pending is None else pending["state"])
+        packed = self.shared_memory and in_worker()
         try:
             for batch in it:
-                yield to_torch(batch, self.bytes_as)
+                out = pack(batch, self.bytes_as) if packed else None
+                yield to_torch(batch, self.bytes_as) if out is None else out
         finally:
             close = getattr(it, "close", None)
             if close is not None:
@@ -120,8 +136,9 @@ class TFRecordIterable(_SplitIterable):
                  num_workers: int | None = None, rank: int | None = None,
                  world_size: int | None = None, mask_key: str = "weight",
                  counts: list[int] | None = None, progress: bool = True, bytes_as: str = "list",
-                 **storage_options):
-        super().__init__(batch_size, num_workers, rank, world_size, mask_key, bytes_as)
+                 shared_memory: bool = True, **storage_options):
+        super().__init__(batch_size, num_workers, rank, world_size, mask_key, bytes_as,
+                         shared_memory)
         self.files = storage.expand(files, **storage_options) if isinstance(files, str) else list(files)
         if not self.files:
             raise FileNotFoundError(f"no files match {files!r}")
@@ -158,8 +175,9 @@ class SourceIterable(_SplitIterable):
     def __init__(self, source, batch_size: int, *, transform: Callable | None = None,
                  seed: int = 0, shuffle: bool = True, num_workers: int | None = None,
                  rank: int | None = None, world_size: int | None = None,
-                 mask_key: str = "weight", bytes_as: str = "list"):
-        super().__init__(batch_size, num_workers, rank, world_size, mask_key, bytes_as)
+                 mask_key: str = "weight", bytes_as: str = "list", shared_memory: bool = True):
+        super().__init__(batch_size, num_workers, rank, world_size, mask_key, bytes_as,
+                         shared_memory)
         self.source = source
         self.transform = transform
         self.seed = seed

@@ -1,11 +1,9 @@
 """numpy batches -> torch: numbers without a copy; byte strings as lists or one uint8 tensor.
 
 With ``bytes_as="tensor"`` the byte strings of a batch become :class:`ByteStrings`: one uint8
-tensor (allocated in shared memory inside a DataLoader worker, so it crosses to the main process
-as a file descriptor, not through a pipe) plus offsets; decoders such as
-``torchvision.io.decode_jpeg`` take ``strings.tensor(i)`` as it is. The default ``"list"`` gives
-lists of ``bytes`` (on this project's 2-core machine as fast for ~110 KB records: allocating
-fresh shared memory for every batch costs about what the pipe saves).
+tensor plus offsets; decoders such as ``torchvision.io.decode_jpeg`` take ``strings.tensor(i)``
+as it is. The default ``"list"`` gives lists of ``bytes``. (Out of DataLoader workers the
+iterables send whole batches through reused shared memory instead: :mod:`tpudata.torch.shared`.)
 
 >>> b = to_torch({"n": np.arange(3), "s": np.array([b"ab", b"", b"c"], dtype=object)}, "tensor")
 >>> b["n"].tolist(), len(b["s"]), b["s"][0], b["s"].tolist()

@@ -1,0 +1,157 @@
+"""Batches out of DataLoader workers through reused shared memory (tpudata.torch.shared): what
+arrives equals what to_torch gives in process, stays intact while the worker reuses its blocks,
+and large byte strings really take the shared-memory path."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch.utils.data import DataLoader  # noqa: E402
+
+import tpudata  # noqa: E402
+from tpudata.torch import ByteStrings, SourceIterable, TFRecordIterable, to_torch  # noqa: E402
+from tpudata.torch import shared  # noqa: E402
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, torch.Tensor):
+        return (isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape
+                and torch.equal(a, b))
+    if isinstance(a, ByteStrings):
+        return isinstance(b, ByteStrings) and a.tolist() == b.tolist()
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def _batch(rng) -> dict:
+    big = [rng.bytes(int(n)) for n in rng.integers(0, 40_000, 6)]
+    return {
+        "f32": rng.standard_normal((6, 3)).astype(np.float32),
+        "i64": np.arange(6, dtype=np.int64),
+        "u8": np.arange(6, dtype=np.uint8),
+        "bool": np.array([True, False] * 3),
+        "f16": np.ones((6, 2), dtype=np.float16),
+        "scalar": np.array(7, dtype=np.int32),
+        "empty": np.zeros((0, 4), dtype=np.float64),
+        "strided": np.arange(24, dtype=np.int64).reshape(6, 4)[:, ::2],
+        "readonly": np.frombuffer(b"\x01\x00\x00\x00" * 6, dtype=np.int32),
+        "big": np.array(big, dtype=object),
+        "small": np.array([b"a", b"", b"bc", b"d", b"e", b"f"], dtype=object),
+        "grid": np.array([[b"x" * 30_000, b""], [b"y", b"z" * 50_000]] * 3, dtype=object),
+        "fixed": np.array([b"ab", b"c\x00", b"", b"d", b"e", b"f"], dtype="S2"),
+        "text": np.array(["x", "yz"] * 3),
+        "mixed": np.array([b"a", None] * 3, dtype=object),
+        "nested": {"inner": np.arange(3.0), "items": [np.arange(2), (np.arange(1), "s")]},
+        "plain": 3,
+    }
+
+
+@pytest.mark.parametrize("bytes_as", ["list", "tensor"])
+@pytest.mark.parametrize("threshold", [0, shared.BYTES_THRESHOLD, 1 << 40])
+def test_pack_then_unpickle_equals_to_torch(bytes_as, threshold):
+    batch = _batch(np.random.default_rng(threshold % 7))
+    if bytes_as == "tensor":
+        with pytest.raises(TypeError):  # as in process: ByteStrings hold bytes only
+            shared.pack(batch, bytes_as, threshold=threshold)
+        del batch["mixed"]
+    want = to_torch(batch, bytes_as, _shared=False)
+    packed = shared.pack(batch, bytes_as, threshold=threshold)
+    assert _same(packed.unpack(), want)
+    assert _same(pickle.loads(pickle.dumps(packed)), want)
+
+
+def test_a_block_is_reused_only_after_the_batch_was_copied_out():
+    shared._pool = None  # this process's pool, as a new worker's
+    rng = np.random.default_rng(0)
+    first = {"s": np.array([rng.bytes(100_000) for _ in range(4)], dtype=object)}
+    second = {"s": np.array([rng.bytes(100_000) for _ in range(4)], dtype=object)}
+    p1 = shared.pack(first)
+    p2 = shared.pack(second)  # p1 not copied out yet: another block
+    assert p1.block.data_ptr() != p2.block.data_ptr()
+    out1 = p1.unpack()  # copied out; block 1 is free again
+    p3 = shared.pack(second)
+    assert p3.block.data_ptr() == p1.block.data_ptr()
+    assert out1["s"] == first["s"].tolist()  # what was handed out is its own memory
+    assert p2.unpack()["s"] == p3.unpack()["s"] == second["s"].tolist()
+
+
+def test_without_shared_memory_pack_says_so_and_the_batch_goes_the_ordinary_way(monkeypatch, caplog):
+    class Full:
+        def take(self, nbytes):
+            raise MemoryError("no space left on /dev/shm")
+
+    monkeypatch.setattr(shared, "_worker_pool", Full)
+    assert shared.pack({"n": np.arange(3)}) is None
+    assert "pickling it instead" in caplog.text
+
+
+def _write_big(directory, n=48, seed=0) -> tuple[list[str], list[bytes]]:
+    rng = np.random.default_rng(seed)
+    payloads = [rng.bytes(int(k)) for k in rng.integers(10_000, 60_000, n)]
+    files = []
+    for k in range(4):
+        url = f"{directory}/big-{k:05d}-of-00004"
+        tpudata.write_records(url, [tpudata.encode_example({"id": i, "blob": payloads[i]})
+                                    for i in range(k, n, 4)])
+        files.append(url)
+    return files, payloads
+
+
+SPEC = {"id": tpudata.FixedLenFeature([], np.int64), "blob": tpudata.FixedLenFeature([], bytes)}
+
+
+def _parse(ds, split):
+    return ds.parse(SPEC)
+
+
+def _parse_records(records):
+    return tpudata.parse_examples(records, SPEC)
+
+
+@pytest.mark.parametrize("bytes_as", ["list", "tensor"])
+@pytest.mark.parametrize("kind", ["stream", "source"])
+def test_big_records_from_workers_stay_intact(tmp_path, bytes_as, kind):
+    files, payloads = _write_big(str(tmp_path))
+    if kind == "stream":
+        ds = TFRecordIterable(files, 4, pipeline=_parse, num_workers=2, rank=0, world_size=1,
+                              progress=False, bytes_as=bytes_as)
+    else:
+        ds = SourceIterable(tpudata.TFRecordSource(files, progress=False), 4,
+                            transform=_parse_records, num_workers=2, rank=0, world_size=1,
+                            bytes_as=bytes_as, seed=3)
+    # all batches are kept while the workers reuse their blocks for later ones
+    batches = list(DataLoader(ds, batch_size=None, num_workers=2,
+                              multiprocessing_context="forkserver", prefetch_factor=4))
+    got = {}
+    for b in batches:
+        blobs = b["blob"]
+        assert isinstance(blobs, ByteStrings if bytes_as == "tensor" else list)
+        if bytes_as == "tensor":
+            assert not blobs.values.is_shared()  # owned by this process, not a view of a block
+        for i, w, blob in zip(b["id"].tolist(), b["weight"].tolist(), list(blobs)):
+            if w:
+                got[i] = blob
+    assert got == dict(enumerate(payloads))
+
+
+def _collate_sees(batch):
+    assert isinstance(batch, dict), type(batch)
+    return batch
+
+
+def test_shared_memory_false_gives_plain_dicts_in_the_worker(tmp_path):
+    files, payloads = _write_big(str(tmp_path), n=16)
+    ds = TFRecordIterable(files, 4, pipeline=_parse, num_workers=2, rank=0, world_size=1,
+                          progress=False, shared_memory=False)
+    loader = DataLoader(ds, batch_size=None, num_workers=2, collate_fn=_collate_sees,
+                        multiprocessing_context="forkserver")
+    ids = [i for b in loader for i, w in zip(b["id"].tolist(), b["weight"].tolist()) if w]
+    assert sorted(ids) == list(range(16))
