@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import multiprocessing
 import pickle
 import sys
@@ -131,3 +132,40 @@ def test_close_twice_and_after_the_end():
     it.close()
     assert _wait_no_threads() == []
     assert np.array_equal(outputs(Dataset.range(3)), [0, 1, 2])
+
+
+def test_close_while_the_producer_is_inside_a_generator_closes_it_afterwards(caplog):
+    # close() returns within its budget while the read-ahead thread is still inside the user's
+    # generator; the generator is closed by that thread on its way out ("generator already
+    # executing" if this thread closed it), and nothing is raised anywhere
+    import threading as _threading
+
+    from tpudata.dataset import TensorSpec
+
+    entered, closed, errors = _threading.Event(), _threading.Event(), []
+    hook = _threading.excepthook
+    _threading.excepthook = lambda args: errors.append(args.exc_value)
+
+    def slow():
+        try:
+            yield 1
+            entered.set()
+            time.sleep(1.5)
+            yield 2
+            yield 3
+        finally:
+            closed.set()
+
+    caplog.set_level(logging.DEBUG, logger="tpudata.dataset.generator")
+    try:
+        it = iter(Dataset.from_generator(slow, output_signature=TensorSpec((), np.int64)).prefetch(1))
+        assert int(next(it)) == 1
+        assert entered.wait(5)
+        start = time.monotonic()
+        it.close()
+        assert time.monotonic() - start < 1.4  # did not wait for the generator
+        assert closed.wait(5)  # closed once the producer left it
+    finally:
+        _threading.excepthook = hook
+    assert errors == []
+    assert "failed" not in caplog.text  # not closed from this thread while it was executing

@@ -64,9 +64,21 @@ class PrefetchIterator(BlockIterator):
         self.thread: threading.Thread | None = None
         self.state = self.cursor.get_state() if split else input_it.get_state()  # consumer side
         self.finished = False
+        self._running = False  # a producer thread is inside _run
+        self._close_input_on_exit = False  # close() left the input to a producer still running
 
     # -- producer --------------------------------------------------------------------------------
     def _run(self):
+        try:
+            self._produce()
+        finally:
+            with self.cond:
+                self._running = False
+                close_input = self._close_input_on_exit
+            if close_input:  # close() returned while this thread was still in the input
+                self.input_it.close()
+
+    def _produce(self):
         try:
             while True:
                 with self.cond:
@@ -106,6 +118,7 @@ class PrefetchIterator(BlockIterator):
 
     def _start(self):
         self.stop = False
+        self._running = True
         self.thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self.thread.start()
 
@@ -168,4 +181,8 @@ class PrefetchIterator(BlockIterator):
 
     def close(self):
         self._shutdown()
+        with self.cond:
+            if self._running:  # the producer is still inside the input: it closes it on its way out
+                self._close_input_on_exit = True
+                return
         self.input_it.close()
