@@ -155,6 +155,12 @@ class InvalidImageError(TpuDataError, ValueError):
         return (type(self), (self.args[0], self.index))
 
 
+class SplitError(TpuDataError, ValueError):
+    """Data cannot be split as asked over ranks x DataLoader workers (or hosts): a file split that
+    cannot be even, a DataLoader with another worker count than the dataset was made for, or a
+    state restored by another reader than the one that saved it. The message says what to do."""
+
+
 class NotPicklableError(TpuDataError, TypeError):
     """An object (a user function, an element) that must be pickled to reach a worker process."""
 
@@ -194,6 +200,7 @@ __all__ = [
     "SavedDatasetError",
     "SavedDatasetNotFoundError",
     "SpecError",
+    "SplitError",
     "StaticShapeError",
     "StorageError",
     "TpuDataError",

@@ -159,3 +159,13 @@ def test_counts_from_a_manifest(tmp_path):
     assert sum(file_record_counts(files)) == 25
     with pytest.raises(ValueError, match="split must be"):
         records_per_split([1], 1, "rows")
+
+
+def test_an_uneven_file_split_is_a_split_error_saying_what_to_do():
+    from tpudata.distribute.pipeline import split_mode
+    from tpudata.errors import SplitError
+
+    with pytest.raises(SplitError, match="4 files cannot be split evenly over 3 readers") as info:
+        split_mode("files", 4, 3)
+    assert isinstance(info.value, ValueError) and "split='records'" in str(info.value)
+    assert split_mode("auto", 4, 3) == "records" and split_mode("files", 4, 2) == "files"

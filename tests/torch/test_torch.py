@@ -22,6 +22,7 @@ from tests.torch.helpers import (  # noqa: E402
     parse_records,
     shuffle_pipeline,
 )
+from tpudata.errors import SplitError  # noqa: E402
 from tpudata.source import TFRecordSource  # noqa: E402
 from tpudata.torch import MapDataset, SourceIterable, TFRecordIterable, collate_batch  # noqa: E402
 
@@ -87,10 +88,10 @@ def test_epochs_reshuffle_and_len_is_known(tmp_path):
 @pytest.mark.filterwarnings("ignore:This DataLoader will create 3 worker processes")
 def test_bad_worker_splits_say_what_to_do(tmp_path):
     files, _ = make_shards(str(tmp_path))
-    with pytest.raises(ValueError, match="split='records'"):
+    with pytest.raises(SplitError, match="split='records'"):
         TFRecordIterable(files, 8, split="files", num_workers=3, rank=0, world_size=1)
     ds = TFRecordIterable(files, 8, pipeline=parse_pipeline, num_workers=2, rank=0, world_size=1)
-    with pytest.raises(ValueError, match="num_workers"):
+    with pytest.raises(SplitError, match="num_workers"):
         next(iter(DataLoader(ds, batch_size=None, num_workers=0)))
     with pytest.raises(TypeError, match="num_workers"):
         len(TFRecordIterable(files, 8, rank=0, world_size=1))

@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from tpudata.distribute.counts import equal_num_batches, resolve_split
+from tpudata.errors import SplitError
 
 
 def split_mode(split: str, num_files: int, count: int) -> str:
     """:func:`resolve_split`, refusing a file split that cannot be even (saying what to do)."""
     mode = resolve_split(split, num_files, count)
     if mode == "files" and num_files % count:
-        raise ValueError(
+        raise SplitError(
             f"{num_files} files cannot be split evenly over {count} readers (ranks x DataLoader "
             f"workers, or processes): use split='records' (or 'auto'), or a reader count that "
             f"divides the files")

@@ -31,6 +31,7 @@ import tpudata.dataset.prefetch  # noqa: F401
 import tpudata.dataset.shuffle  # noqa: F401
 from tpudata import storage
 from tpudata.distribute.batches import SourceBatches
+from tpudata.errors import SplitError
 from tpudata.distribute.counts import equal_num_batches, file_record_counts
 from tpudata.distribute.pipeline import split_batches, split_mode
 from tpudata.torch.shared import in_worker, pack
@@ -86,7 +87,7 @@ class _SplitIterable(torch.utils.data.IterableDataset):
         epoch = self.epoch if pending is None else int(pending["epoch"])
         split = current_split(self.rank, self.world_size, self.num_workers, epoch)
         if pending is not None and list(pending["split"]) != [split.index, split.count]:
-            raise ValueError(
+            raise SplitError(
                 f"this state was saved by reader {pending['split'][0]} of {pending['split'][1]} "
                 f"but is restored by reader {split.index} of {split.count}: restore with the same "
                 f"ranks and DataLoader workers")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from tpudata.errors import SplitError
+
 
 @dataclass(frozen=True)
 class Split:
@@ -55,7 +57,7 @@ def current_split(rank: int, world_size: int, num_workers: int | None, epoch: in
     worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
     declared = num_workers or 1
     if num_workers is not None and declared != workers:
-        raise ValueError(
+        raise SplitError(
             f"this dataset was made for DataLoader(num_workers={num_workers}) but runs in a "
             f"DataLoader with {workers if info else 0} workers: pass the same num_workers to both "
             f"(the split and the equal step count depend on it)")
