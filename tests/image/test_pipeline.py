@@ -59,3 +59,31 @@ def test_batch_and_element_forms_run_and_restore_exactly(tmp_path):
         for (x, y), (x2, y2) in zip(full[2:], rest):
             np.testing.assert_array_equal(y, y2)
             np.testing.assert_array_equal(x, x2)
+
+
+def test_jpeg_bytes_reach_the_batch_op_as_views_and_the_batch_is_not_copied(tmp_path):
+    """parse -> batch hands the image bytes to the batch op in the read buffers (a BytesColumn, no
+    bytes object per image); the array the op returns is the one the pipeline yields (no np.stack)."""
+    from tpudata.dataset.columns import BytesColumn
+
+    pattern = _shards(str(tmp_path))
+    seen, made = [], []
+
+    def prep(f):
+        col = f["image/encoded"]
+        seen.append(col)
+        x = ti.resnet_preprocess_batch(col, False, 256)  # 3 MB: a block of its own
+        made.append(x)
+        return x, f["image/class/label"]
+
+    ds = (Dataset.list_files(pattern, shuffle=False).interleave(lambda p: TFRecordDataset(p), cycle_length=2)
+          .parse(SPEC).batch(4, drop_remainder=True).map(prep).prefetch(2))
+    with ds.iterator() as it:
+        got = list(it)
+    assert len(got) == 6 and all(isinstance(c, BytesColumn) for c in seen)
+    for col, (x, _) in zip(seen, got):
+        # the values sit in the reader's buffers, among the rest of each record (no per-image copy)
+        assert sum(len(b) for b in col.buffers) > int(col.lengths.sum())
+        assert all(isinstance(v, bytes) for v in col) and col[0] == list(col)[0]
+        np.testing.assert_array_equal(x, ti.resnet_preprocess_batch(col.tolist(), False, 256))
+    assert all(any(np.shares_memory(x, m) for m in made) for x, _ in got)
