@@ -9,7 +9,7 @@ import numpy as np
 
 import tpudata
 import tpudata.image as ti
-from tpudata import Dataset, FixedLenFeature, TFRecordDataset
+from tpudata import AUTOTUNE, Dataset, FixedLenFeature, TFRecordDataset
 from tests.image.helpers import jpeg
 
 SPEC = {"image/encoded": FixedLenFeature([], bytes), "image/class/label": FixedLenFeature([], np.int64)}
@@ -24,14 +24,18 @@ def _shards(tmp_path, n=24):
     return os.path.join(tmp_path, "train-*")
 
 
-def _batch_pipeline(pattern):
+def _batch_pipeline(pattern, calls=None):
     def prep(f, step):
         x = ti.resnet_preprocess_batch(f["image/encoded"], True, 16, seed=(7, int(step)))
         return x, f["image/class/label"]
 
     src = Dataset.list_files(pattern, shuffle=False).interleave(lambda p: TFRecordDataset(p), cycle_length=2)
     src = src.shuffle(8, seed=1).parse(SPEC).batch(4, drop_remainder=True)
-    return Dataset.zip((src, Dataset.range(1 << 40))).map(prep).prefetch(2)
+    return Dataset.zip((src, Dataset.range(1 << 40))).map(prep, num_parallel_calls=calls).prefetch(2)
+
+
+def _batch_pipeline_autotune(pattern):  # two batches in flight: the next read overlaps the kernel
+    return _batch_pipeline(pattern, AUTOTUNE)
 
 
 def _element_pipeline(pattern):
@@ -45,7 +49,7 @@ def _element_pipeline(pattern):
 
 def test_batch_and_element_forms_run_and_restore_exactly(tmp_path):
     pattern = _shards(str(tmp_path))
-    for make in (_batch_pipeline, _element_pipeline):
+    for make in (_batch_pipeline, _batch_pipeline_autotune, _element_pipeline):
         with make(pattern).iterator() as it:
             full = [(x.copy(), y.copy()) for x, y in it]
         assert len(full) == 6 and full[0][0].shape == (4, 16, 16, 3) and full[0][0].dtype == np.float32
