@@ -8,8 +8,9 @@ Pipelines (train and eval), batches of 128, drop_remainder:
             batch(128) -> prefetch(AUTOTUNE)                      (TensorFlow in a subprocess)
   tpudata   list_files -> interleave -> shuffle(1024) -> parse -> map(resnet_preprocess, 2 threads)
   per-elem  -> batch(128, drop_remainder) -> prefetch
-  tpudata   ... -> parse -> batch(128, drop_remainder) -> map(resnet_preprocess_batch) -> prefetch
-  batch     (one GIL-free C call per batch, one thread per core, written into the batch array)
+  tpudata   ... -> parse -> batch(128, drop_remainder) -> map(resnet_preprocess_batch, AUTOTUNE) -> prefetch
+  batch     (one GIL-free C call per batch, one thread per core, written into the batch array; two
+            batches in flight, so reading/parsing the next batch overlaps the kernel)
 
 Prints images/s (best epoch; --rounds alternate the contenders, each round a warm-up + --repeat epochs), CPU ms per image (process CPU time /
 images), core utilisation (CPU time / wall / cores), images/s per busy core, and the decode-only
@@ -17,6 +18,7 @@ reference (full decode of every image with the chosen decoder, one thread). The 
 shared: compare the ratios measured in one run.
 
     python benchmarks/bench_image.py [--images 2000] [--rounds 2] [--repeat 2] [--tf-python /path/to/python]
+                                     [--mode train eval] [--profile] [--quiet-wait 120]
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import numpy as np
 
 import tpudata
 import tpudata.image as ti
-from tpudata import Dataset, FixedLenFeature, TFRecordDataset
+from tpudata import AUTOTUNE, Dataset, FixedLenFeature, TFRecordDataset
 from tpudata.image.synthetic import photo_like
 
 SHARDS = 8
@@ -98,8 +100,91 @@ def tpudata_batch(pattern: str, train: bool, threads: int):
         return images, features["image/class/label"] - 1
 
     return (Dataset.zip((_source(pattern).batch(BATCH, drop_remainder=True), Dataset.range(1 << 62)))
-            .map(prep)
+            .map(prep, num_parallel_calls=AUTOTUNE)
             .prefetch(2))
+
+
+def profile(pattern: str, train: bool, threads: int) -> dict:
+    """Where the time goes: CPU per image of each stage alone, then the pipeline's timeline (when
+    the first kernel call starts, i.e. the shuffle fill, and how much of the epoch has a kernel call
+    running)."""
+    from tpudata.image.ops import make_rng
+    from tpudata.image.presets import _windows
+
+    t0, c0 = time.perf_counter(), _cpu()
+    batches = []
+    with _source(pattern).batch(BATCH, drop_remainder=True).iterator() as it:
+        for f in it:
+            batches.append(f["image/encoded"])
+    n = BATCH * len(batches)
+    out = {"source_cpu_ms": (_cpu() - c0) / n * 1e3, "source_wall_ms": (time.perf_counter() - t0) / n * 1e3}
+    c0 = time.thread_time()
+    wins = [_windows(b, train, SIZE, make_rng((0, i)), "resnet") for i, b in enumerate(batches)]
+    out["windows_cpu_ms"] = (time.thread_time() - c0) / n * 1e3
+    for k in (1, threads):
+        t0, c0 = time.perf_counter(), _cpu()
+        for b, (crops, flips) in zip(batches, wins):
+            ti.preprocess_batch(b, crops, flips, SIZE, num_threads=k)
+        out[f"kernel{k}_cpu_ms"] = (_cpu() - c0) / n * 1e3
+        out[f"kernel{k}_wall_ms"] = (time.perf_counter() - t0) / n * 1e3
+    print(f"  profile: source (read+parse+shuffle+batch) {out['source_cpu_ms']:.3f} CPU ms/img; crop windows "
+          f"{out['windows_cpu_ms']:.3f}; kernel {out['kernel1_cpu_ms']:.3f} CPU ms/img on 1 thread, "
+          f"{out[f'kernel{threads}_wall_ms']:.3f} wall ms/img on {threads}", flush=True)
+    for label, calls in (("map(AUTOTUNE)", AUTOTUNE), ("map (sequential)", None)):
+        res = _timeline(pattern, train, threads, calls)
+        out[label] = res
+        print(f"  profile: {label}: epoch {res['epoch_s']:.2f} s, first kernel call at {res['first_kernel_s']:.2f} s "
+              f"(shuffle fill), a kernel call running {res['kernel_running'] * 100:.0f}% of the epoch, cores busy "
+              f"{res['core_util'] * 100:.0f}%", flush=True)
+    return out
+
+
+def _timeline(pattern: str, train: bool, threads: int, calls) -> dict:
+    spans = []
+
+    def prep(features, step):
+        a = time.perf_counter()
+        images = ti.resnet_preprocess_batch(features["image/encoded"], train, SIZE, seed=(0, int(step)),
+                                            num_threads=threads)
+        spans.append((a, time.perf_counter()))
+        return images, features["image/class/label"] - 1
+
+    ds = (Dataset.zip((_source(pattern).batch(BATCH, drop_remainder=True), Dataset.range(1 << 62)))
+          .map(prep, num_parallel_calls=calls).prefetch(2))
+    t0, c0 = time.perf_counter(), _cpu()
+    with ds.iterator() as it:
+        for _ in it:
+            pass
+    wall = time.perf_counter() - t0
+    busy, end = 0.0, t0
+    for a, b in sorted(spans):  # union of the kernel calls' intervals
+        busy += max(0.0, b - max(a, end))
+        end = max(end, b)
+    return {"first_kernel_s": min(a for a, _ in spans) - t0, "kernel_running": busy / wall, "epoch_s": wall,
+            "core_util": (_cpu() - c0) / wall / (os.cpu_count() or 1)}
+
+
+def _idle_fraction(seconds: float = 1.0) -> float:
+    """The machine's idle share over ``seconds`` (Linux /proc/stat; 1.0 elsewhere)."""
+    def snap():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return v[3] + v[4], sum(v)
+
+    try:
+        a = snap()
+        time.sleep(seconds)
+        b = snap()
+    except OSError:
+        return 1.0
+    return (b[0] - a[0]) / max(1, b[1] - a[1])
+
+
+def wait_for_quiet(limit_s: float, idle: float = 0.85) -> None:
+    """On a shared machine: wait (up to ``limit_s``) until other jobs leave the cores idle."""
+    end = time.monotonic() + limit_s
+    while limit_s > 0 and time.monotonic() < end and _idle_fraction() < idle:
+        pass
 
 
 def _cpu() -> float:
@@ -269,6 +354,9 @@ def main(argv=None) -> int:
                     help="a Python with TensorFlow for the peer (default: this one, or $TPUDATA_TF_PYTHON)")
     ap.add_argument("--mode", nargs="+", default=["train", "eval"], choices=["train", "eval"])
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--profile", action="store_true", help="also print where the batch pipeline's time goes")
+    ap.add_argument("--quiet-wait", type=float, default=0.0, metavar="S",
+                    help="shared machine: before each contender, wait up to S seconds for idle cores")
     args = ap.parse_args(argv)
     cores = os.cpu_count() or 1
     pattern = make_shards(args.dir, args.images)
@@ -287,12 +375,15 @@ def main(argv=None) -> int:
         runs: dict = {"tpudata_batch": [], "tpudata_map": [], "tf": []}
         version = None
         for _ in range(args.rounds):
+            wait_for_quiet(args.quiet_wait)
             runs["tpudata_batch"].append(run_epochs(lambda: tpudata_batch(pattern, train, args.threads), args.repeat))
             if args.tf_python:
+                wait_for_quiet(args.quiet_wait)
                 tf_res = run_tf(args.tf_python, pattern, train, args.repeat)
                 if tf_res:
                     runs["tf"].append(tf_res)
                     version = tf_res["version"]
+            wait_for_quiet(args.quiet_wait)
             runs["tpudata_map"].append(run_epochs(lambda: tpudata_per_element(pattern, train, args.threads), 1))
         names = {"tpudata_batch": "tpudata batch-level op", "tpudata_map": "tpudata per-element map",
                  "tf": f"tf.data (TF {version})"}
@@ -303,6 +394,9 @@ def main(argv=None) -> int:
                 rows[k]["cpu_vs_tf"] = rows[k]["cpu_ms_per_img"] / rows["tf"]["cpu_ms_per_img"]
                 print(f"  {k}: {rows[k]['x_tf']:.2f}x tf.data images/s, CPU per image "
                       f"{rows[k]['cpu_vs_tf'] * 100:.0f}% of tf.data's", flush=True)
+        if args.profile:
+            wait_for_quiet(args.quiet_wait)
+            rows["profile"] = profile(pattern, train, args.threads)
         results[mode] = rows
     print(json.dumps(results))
     return 0

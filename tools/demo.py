@@ -58,8 +58,11 @@ def decode(features, is_training: bool = False):
     bicubic resize, flip when training, normalise) straight into the batch; labels 1..K -> 0..K-1."""
     import tpudata.image
 
-    encoded = features["image/encoded"]
-    real = np.array([len(b) > 0 for b in encoded])  # padding rows of an exact-epoch batch are b""
+    from tpudata.dataset import BytesColumn
+
+    encoded = features["image/encoded"]  # a BytesColumn (read in place) unless a shuffle copied it
+    # padding rows of an exact-epoch batch are b""
+    real = encoded.lengths > 0 if isinstance(encoded, BytesColumn) else np.array([len(b) > 0 for b in encoded])
     x = np.zeros((len(encoded), SIDE, SIDE, 3), np.float32)
     if real.all():
         tpudata.image.resnet_preprocess_batch(encoded, is_training, SIDE, out=x)

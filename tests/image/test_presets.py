@@ -139,3 +139,49 @@ def test_batch_kernel_handles_every_jpeg_kind(name):
     out = ti.preprocess_batch([data], crops, np.zeros(1, np.uint8), (20, 30), normalize=False)
     ref = ti.resize_bicubic(rgb[2:h - 3, 3:w - 6], (20, 30)) * np.float32(1 / 255)
     assert np.abs(out[0] - ref).max() < 1e-6
+
+
+def test_zero_copy_column_gives_the_same_batch_as_bytes(mode):
+    """A parsed bytes feature after batch (BytesColumn: views into read buffers, here two of them
+    so images are addressed by buffer index) decodes in place to the same batch as bytes objects."""
+    from tpudata.dataset.columns import BytesColumn, RecordColumn
+
+    images = _batch(6)
+    col = RecordColumn.concat([BytesColumn.from_bytes(images[:2]), BytesColumn.from_bytes(images[2:])])
+    assert isinstance(col, BytesColumn) and len(col.buffers) == 2 and col.buf_idx is not None
+    col = col.take(np.array([5, 0, 3, 1, 4, 2]))
+    order = [images[i] for i in (5, 0, 3, 1, 4, 2)]
+    for is_training in (False, True):
+        want = ti.resnet_preprocess_batch(order, is_training, 40, seed=(2, 1))
+        got = ti.resnet_preprocess_batch(col, is_training, 40, seed=(2, 1))
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(ti.inception_preprocess_batch(col, False, 24),
+                                  ti.inception_preprocess_batch(order, False, 24))
+
+
+def test_zero_copy_column_names_the_bad_image(mode):
+    from tpudata.dataset.columns import BytesColumn
+
+    col = BytesColumn.from_bytes([jpeg(40, 50), b"not a jpeg", jpeg(41, 52)])
+    with pytest.raises(InvalidImageError, match="image 1 of the batch") as info:
+        ti.resnet_preprocess_batch(col, False, 16)
+    assert info.value.index == 1
+
+
+@needs_kernel
+def test_kernel_rejects_a_column_that_points_outside_its_buffer():
+    k = _backend.kernel()
+    out = np.empty((1, 4), np.int32)
+    with pytest.raises(ValueError, match="outside its buffer"):
+        k.jpeg_info_batch(([b"abc"], None, np.array([1], np.int64), np.array([5], np.int64)), out)
+
+
+@needs_kernel
+def test_kernel_bfloat16_is_the_float32_batch_rounded_to_nearest_even():
+    import ml_dtypes
+
+    images = _batch(5)
+    for is_training in (False, True):
+        f32 = ti.resnet_preprocess_batch(images, is_training, 45, seed=(4, 4))
+        bf16 = ti.resnet_preprocess_batch(images, is_training, 45, seed=(4, 4), dtype=ml_dtypes.bfloat16)
+        np.testing.assert_array_equal(bf16.view(np.uint16), f32.astype(ml_dtypes.bfloat16).view(np.uint16))

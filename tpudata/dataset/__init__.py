@@ -2,6 +2,7 @@
 
 from tpudata.dataset.base import INFINITE, UNKNOWN, Dataset, Iterator
 from tpudata.dataset.block import Block, RecordColumn
+from tpudata.dataset.columns import BytesColumn
 from tpudata.dataset.sources import (
     AUTOTUNE,
     FixedLengthRecordDataset,
@@ -14,6 +15,7 @@ from tpudata.dataset.spec import TensorSpec, VarLenSpec
 __all__ = [
     "AUTOTUNE",
     "Block",
+    "BytesColumn",
     "Dataset",
     "FixedLengthRecordDataset",
     "INFINITE",

@@ -23,11 +23,17 @@ from tpudata.example.parse import VarLenValues
 from tpudata.tfrecord.batch import RecordBatch
 
 
-def as_column(values: list):
-    """Stack per-element values into a column: an array when shapes and dtypes agree."""
+def as_column(values: list, copy: bool = True):
+    """Stack per-element values into a column: an array when shapes and dtypes agree.
+
+    ``copy=False``: a single array value becomes a view with a leading axis (no ``np.stack``
+    copy), e.g. a whole batch that a batch-level ``map`` function returned.
+    """
     if not values:
         return np.empty(0, dtype=object)
     first = values[0]
+    if not copy and len(values) == 1 and type(first) is np.ndarray and first.dtype != object:
+        return first[None]
     if isinstance(first, (bytes, str)) or isinstance(first, (RecordColumn, VarLenValues)):
         out = np.empty(len(values), dtype=object)
         out[:] = values
@@ -125,9 +131,10 @@ class Block:
         return cls(LEAF, [RecordColumn.from_batch(batch)], len(batch), origin)
 
     @classmethod
-    def from_elements(cls, tree: Tree, rows: list[list]) -> "Block":
-        """From per-element flattened leaves (``rows[i]`` = leaves of element i)."""
-        cols = [as_column([r[k] for r in rows]) for k in range(tree.num_leaves)]
+    def from_elements(cls, tree: Tree, rows: list[list], copy: bool = True) -> "Block":
+        """From per-element flattened leaves (``rows[i]`` = leaves of element i); ``copy=False``:
+        a block of one element keeps its arrays as they are (see :func:`as_column`)."""
+        cols = [as_column([r[k] for r in rows], copy) for k in range(tree.num_leaves)]
         return cls(tree, cols, len(rows))
 
     def __len__(self) -> int:

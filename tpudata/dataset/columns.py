@@ -7,7 +7,9 @@ type (no ``isinstance`` switches in the ops):
 - ``np.ndarray`` - element ``i`` is ``col[i]`` (object arrays hold bytes or per-element objects
   such as the :class:`VarLenValues` / :class:`RecordColumn` of a batched element);
 - :class:`VarLenValues` - ragged rows (a VarLenFeature before batching);
-- :class:`RecordColumn` - serialized records still sitting in their read buffers (zero-copy).
+- :class:`RecordColumn` - serialized records still sitting in their read buffers (zero-copy);
+  its subclass :class:`BytesColumn` holds a parsed bytes feature the same way, and is what users
+  see for that feature after ``batch`` (a read-only array of bytes that can go to C as views).
 """
 
 from __future__ import annotations
@@ -51,16 +53,18 @@ class RecordColumn:
 
     def slice(self, i: int, j: int) -> "RecordColumn":
         bi = None if self.buf_idx is None else self.buf_idx[i:j]
-        return RecordColumn(self.buffers, self.sources, bi, self.offsets[i:j], self.lengths[i:j])
+        return type(self)(self.buffers, self.sources, bi, self.offsets[i:j], self.lengths[i:j])
 
     def take(self, idx: np.ndarray) -> "RecordColumn":
         bi = None if self.buf_idx is None else self.buf_idx[idx]
-        return RecordColumn(self.buffers, self.sources, bi, self.offsets[idx], self.lengths[idx])
+        return type(self)(self.buffers, self.sources, bi, self.offsets[idx], self.lengths[idx])
 
     @staticmethod
     def concat(cols: Sequence["RecordColumn"]) -> "RecordColumn":
         if len(cols) == 1:
             return cols[0]
+        # a parsed bytes feature stays one (e.g. padded by batch with b"" rows)
+        cls = BytesColumn if any(isinstance(c, BytesColumn) for c in cols) else RecordColumn
         buffers: list = []
         sources: list = []
         where: dict = {}
@@ -92,8 +96,8 @@ class RecordColumn:
         else:
             buf_idx = np.concatenate([np.full(p[1], p[0], dtype=np.int32) if type(p) is tuple
                                       else p for p in idx_parts])
-        return RecordColumn(buffers, sources, buf_idx, np.concatenate([c.offsets for c in cols]),
-                            np.concatenate([c.lengths for c in cols]))
+        return cls(buffers, sources, buf_idx, np.concatenate([c.offsets for c in cols]),
+                   np.concatenate([c.lengths for c in cols]))
 
     def groups(self) -> Iterator[tuple[RecordBatch, np.ndarray | None]]:
         """``(RecordBatch, positions)`` per buffer (positions None: the whole column, in order)."""
@@ -135,6 +139,79 @@ class RecordColumn:
 
     def __repr__(self) -> str:
         return f"<RecordColumn of {len(self)} records in {len(self.buffers)} buffer(s)>"
+
+
+class BytesColumn(RecordColumn):
+    """A batch of a parsed bytes feature, still in the read buffers: a read-only 1-d array of bytes.
+
+    ``parse`` makes one for a scalar bytes ``FixedLenFeature`` that holds most of each record
+    (e.g. ``image/encoded``), and ``batch`` keeps it, so a batch-level op such as
+    :func:`tpudata.image.resnet_preprocess_batch` reads each value in place (no bytes object per
+    value). Indexing gives ``bytes``; ``np.asarray``/``tolist()`` copy out. A ``shuffle`` keeps
+    its own copies of the values, so after one the feature is a plain object array again.
+
+    >>> col = BytesColumn.from_bytes([b"ab", b"cde"])
+    >>> col[1], len(col), col.shape, col.tolist(), np.asarray(col).dtype
+    (b'cde', 2, (2,), [b'ab', b'cde'], dtype('O'))
+    """
+
+    __slots__ = ()
+    dtype = np.dtype(object)
+    ndim = 1
+
+    @property
+    def shape(self) -> tuple:
+        return (len(self),)
+
+    @property
+    def size(self) -> int:
+        return len(self)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.take(np.arange(len(self))[i])
+        if isinstance(i, (int, np.integer)):
+            k = int(i) + len(self) if i < 0 else int(i)
+            if not 0 <= k < len(self):
+                raise IndexError(f"index {i} is out of bounds for a column of {len(self)}")
+            b = 0 if self.buf_idx is None else int(self.buf_idx[k])
+            o = int(self.offsets[k])
+            return bytes(memoryview(self.buffers[b]).cast("B")[o : o + int(self.lengths[k])])
+        idx = np.asarray(i)
+        if idx.dtype == bool:
+            idx = np.flatnonzero(idx)
+        return self.take(idx.astype(np.int64))
+
+    def __iter__(self):
+        return iter(self.to_list())
+
+    def tolist(self) -> list[bytes]:
+        return self.to_list()
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.to_array()
+        return arr if dtype is None else arr.astype(dtype)
+
+    def __eq__(self, other):
+        return np.asarray(self) == (np.asarray(other) if isinstance(other, BytesColumn) else other)
+
+    def __ne__(self, other):
+        return np.logical_not(self.__eq__(other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self):  # pickles (e.g. into map worker processes) as one compact buffer
+        return (BytesColumn.from_bytes, (self.to_list(),))
+
+    def views(self) -> tuple[list, np.ndarray | None, np.ndarray, np.ndarray]:
+        """``(buffers, buf_idx, offsets, lengths)``: value ``i`` is
+        ``buffers[buf_idx[i] or 0][offsets[i]:offsets[i] + lengths[i]]`` (for C kernels)."""
+        return self.buffers, self.buf_idx, self.offsets, self.lengths
+
+    def __repr__(self) -> str:
+        head = ", ".join(repr(v if len(v) <= 16 else v[:16] + b"...") for v in self[:3].tolist())
+        more = ", ..." if len(self) > 3 else ""
+        return f"BytesColumn([{head}{more}], n={len(self)})"
 
 
 class ColumnOps:
@@ -286,6 +363,8 @@ def column_ops(col) -> type[ColumnOps]:
 
 def materialize(value):
     """The user-facing form of a per-element object stored in an object column."""
+    if isinstance(value, BytesColumn):
+        return value
     if isinstance(value, RecordColumn):
         return value.to_array()
     return value
@@ -326,5 +405,5 @@ def leaf_compact(col):
     return column_ops(col).compact(col)
 
 
-__all__ = ["ColumnOps", "RecordColumn", "column_ops", "leaf_compact", "leaf_concat", "leaf_items",
+__all__ = ["BytesColumn", "ColumnOps", "RecordColumn", "column_ops", "leaf_compact", "leaf_concat", "leaf_items",
            "leaf_len", "leaf_nbytes", "leaf_slice", "leaf_take", "materialize"]

@@ -12,6 +12,10 @@ per task, with at most ``max(64, 32 * N)`` elements in flight (:mod:`tpudata.dat
 State is element-exact with any executor: the iterator keeps the input position of every
 in-flight element; its state is the position of the oldest element not yet delivered plus,
 with ``deterministic=False``, which later elements were already delivered (skipped on restore).
+
+The arrays a function returns are passed on as they are when an element travels alone (an
+output array of 1 MB or more, such as a batch from a batch-level function, is never copied
+into a block): return a new array per call, not one buffer refilled in place.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import logging
 import os
 import threading
 from typing import Callable
+
+import numpy as np
 
 from tpudata.dataset.base import Dataset
 from tpudata.dataset.block import Block
@@ -40,6 +46,13 @@ def call(fn: Callable, element):
 
 def function_name(fn: Callable) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+LARGE_OUTPUT = 1 << 20  # an output array this big goes on in a block of its own, uncopied
+
+
+def _large(leaves: list) -> bool:
+    return any(type(v) is np.ndarray and v.nbytes >= LARGE_OUTPUT for v in leaves)
 
 
 class _Failed:
@@ -193,7 +206,9 @@ class _MapIterator(BlockIterator):
             self.delivered += 1
             rows.append(leaves)
             self._delivered(pos)
-        return Block.from_elements(tree, rows) if rows else None
+            if len(rows) == 1 and _large(leaves):
+                break  # e.g. a batch from a batch-level function: a block of its own, not copied
+        return Block.from_elements(tree, rows, copy=False) if rows else None
 
     def _delivered(self, pos: int) -> None:
         with self.lock:

@@ -10,14 +10,16 @@ from __future__ import annotations
 import numpy as np
 
 from tpudata.dataset.base import Dataset
-from tpudata.dataset.block import Block, RecordColumn, leaf_take
+from tpudata.dataset.block import Block, RecordColumn, leaf_concat, leaf_take
+from tpudata.dataset.columns import BytesColumn
 from tpudata.dataset.common import PartialBlock, _BlockMapIterator, _threads, _Unary
 from tpudata.dataset.nest import flatten
-from tpudata.example.batching import concat_parsed
-from tpudata.example.parse import parse_examples, parse_prepared, prepare_spec
 from tpudata.errors import InvalidExampleError, SpecError
+from tpudata.example.batching import concat_parsed
 from tpudata.example.features import FixedLenSequenceFeature, RaggedFeature
+from tpudata.example.parse import parse_prepared, prepare_spec
 from tpudata.example.spec import FixedLenFeature, VarLenFeature, normalize_spec
+from tpudata.tfrecord.batch import RecordBatch
 
 
 def _records_leaf(block: Block):
@@ -28,19 +30,27 @@ def _records_leaf(block: Block):
     return block.leaves[0]
 
 
-def _parse_column(col, spec: dict, base_row: int) -> dict:
-    """Parse a column of records (RecordColumn or array of bytes) into per-record features."""
+def _parse_column(col, spec: dict, base_row: int, views: bool = False) -> dict:
+    """Parse a column of records (RecordColumn or array of bytes) into per-record features;
+    ``views``: a large scalar bytes feature becomes a zero-copy :class:`BytesColumn`."""
     if not isinstance(col, RecordColumn):
         if len(col) and not isinstance(col.ravel()[0], (bytes, bytearray, memoryview)):
             raise TypeError(f"parse() needs bytes elements, got {type(col.ravel()[0]).__name__}")
         col = RecordColumn.from_bytes(list(col))
-    groups = list(col.groups())
-    if len(groups) == 1:
-        return parse_examples(groups[0][0], spec, base_row=base_row)
     prepared = prepare_spec(spec)  # checked once for the many read buffers of the column
-    parts = [parse_prepared(batch, prepared, base_row) for batch, _ in groups]
-    positions = [pos for _, pos in groups]
-    merged = concat_parsed(parts)
+    parts, positions = [], []
+    for batch, pos in col.groups():
+        parsed = parse_prepared(batch, prepared, base_row, views)
+        # a large bytes feature stays in the read buffer: a zero-copy column (see BytesColumn)
+        parts.append({k: BytesColumn.from_batch(v) if isinstance(v, RecordBatch) else v
+                      for k, v in parsed.items()})
+        positions.append(pos)
+    if positions[0] is None:
+        return parts[0]
+    if any(isinstance(v, BytesColumn) for v in parts[0].values()):
+        merged = {k: leaf_concat([p[k] for p in parts]) for k in parts[0]}
+    else:
+        merged = concat_parsed(parts)
     where = np.concatenate(positions)  # a permutation: its inverse by one scatter, no sort
     order = np.empty_like(where)
     order[where] = np.arange(len(where), dtype=where.dtype)
@@ -104,10 +114,15 @@ def _locate(col, spec) -> tuple[int, Exception]:
 
 
 class ParseDataset(_Unary):
-    def __init__(self, input_ds, features, num_parallel_calls=None):
+    """``views``: a scalar bytes feature that is most of each record (an image) stays in the read
+    buffers (a :class:`BytesColumn`, zero-copy into batch-level ops); off where a shuffle buffer
+    follows, which keeps its own copy of each value anyway."""
+
+    def __init__(self, input_ds, features, num_parallel_calls=None, views: bool = True):
         super().__init__(input_ds)
         self.spec = normalize_spec(features)
         self.threads = _threads(num_parallel_calls)
+        self.views = bool(views)
         self.tree, _ = flatten({k: 0 for k in self.spec})
 
     def _parse_block(self, block: Block) -> Block:
@@ -121,7 +136,7 @@ class ParseDataset(_Unary):
         ):
             self._check_per_record()
             try:
-                parsed = _parse_column(col, self.spec, 0)
+                parsed = _parse_column(col, self.spec, 0, self.views)
             except (SpecError, InvalidExampleError):
                 bad, error = _locate(col, self.spec)
                 if not bad:
@@ -138,7 +153,7 @@ class ParseDataset(_Unary):
         for element in (col[i] for i in range(len(col))):
             records = element if isinstance(element, RecordColumn) else np.asarray(element)
             try:
-                parsed = _parse_column(records, self.spec, 0)
+                parsed = _parse_column(records, self.spec, 0, self.views)
             except (SpecError, InvalidExampleError):
                 _, error = _locate(records, self.spec)
                 if not rows:
@@ -187,7 +202,7 @@ class ParseDataset(_Unary):
         return out
 
 
-def parse_dataset(input_ds: Dataset, features, num_parallel_calls=None) -> Dataset:
+def parse_dataset(input_ds: Dataset, features, num_parallel_calls=None, views: bool = True) -> Dataset:
     """``input.parse(features)``; parsing moves ahead of a directly preceding shuffle.
 
     Shuffling decides its order from element counts only, so shuffle-then-parse and
@@ -197,11 +212,11 @@ def parse_dataset(input_ds: Dataset, features, num_parallel_calls=None) -> Datas
     from tpudata.dataset.shuffle import ShuffleDataset
 
     if isinstance(input_ds, ShuffleDataset):
-        inner = parse_dataset(input_ds.input, features, num_parallel_calls)
+        inner = parse_dataset(input_ds.input, features, num_parallel_calls, views=False)
         return ShuffleDataset(inner, input_ds.buffer_size, input_ds.seed,
                               input_ds.reshuffle_each_iteration, spill_url=input_ds.spill_url,
                               spill_bytes=input_ds.spill_bytes)
-    return ParseDataset(input_ds, features, num_parallel_calls)
+    return ParseDataset(input_ds, features, num_parallel_calls, views)
 
 
 __all__ = ["ParseDataset", "parse_dataset"]

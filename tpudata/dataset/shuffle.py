@@ -45,6 +45,11 @@ class ShuffleDataset(Dataset):
         self.spill_keep = None if spill_keep is None else int(spill_keep)
         if int(buffer_size) < 1:
             raise ValueError(f"shuffle buffer_size must be >= 1, not {buffer_size}")
+        from tpudata.dataset.parse import ParseDataset
+
+        if type(input_ds) is ParseDataset and input_ds.views:
+            # the buffer copies each value: parse to bytes at once, not via the read buffers
+            input_ds = ParseDataset(input_ds.input, input_ds.spec, input_ds.threads, views=False)
         self.input = input_ds
         self.buffer_size = int(buffer_size)
         self.seed = seed

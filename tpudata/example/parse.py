@@ -171,7 +171,7 @@ def _dtype_name(dtype) -> str:
     return "bytes" if dtype == BYTES else str(dtype)
 
 
-def _parse_fixed(batch, locs, fidx, name, feat: FixedLenFeature, base_row: int) -> np.ndarray:
+def _parse_fixed(batch, locs, fidx, name, feat: FixedLenFeature, base_row: int, views: bool = False):
     count = len(batch)
     n = feat.num_elements
     kind = kind_of(feat.dtype)
@@ -192,6 +192,11 @@ def _parse_fixed(batch, locs, fidx, name, feat: FixedLenFeature, base_row: int) 
             f"feature {name!r} is required but missing from record {base_row + r}"
             f"{_where(batch, r)}; give FixedLenFeature a default_value to allow that"
         )
+    if kind == KIND_BYTES and views and not any_missing and feat.shape == () and count:
+        offsets, lengths = pairs[:, 0, 0], pairs[:, 0, 1]
+        if 2 * int(lengths.sum()) >= int(np.asarray(batch.lengths).sum()):
+            # the values are most of the records: leave them in the read buffer (zero-copy)
+            return RecordBatch(batch.buffer, offsets.copy(), lengths.copy(), framed=False)
     if kind == KIND_BYTES:
         out = np.empty((count, n), dtype=object)
         rows = np.flatnonzero(present) if any_missing else slice(None)
@@ -244,6 +249,14 @@ def parse_examples(records, spec: Mapping, base_row: int = 0) -> dict:
     return parse_prepared(batch, prepare_spec(spec), base_row)
 
 
+def parse_examples_views(records, spec: Mapping, base_row: int = 0, views: bool = True) -> dict:
+    """:func:`parse_examples`, but a scalar bytes ``FixedLenFeature`` whose values are most of
+    the records' bytes comes back as a :class:`RecordBatch` of views into the records' buffer
+    (``views=True``; the dataset engine wraps it in a zero-copy column)."""
+    batch = records if isinstance(records, RecordBatch) else RecordBatch.from_records(records)
+    return parse_prepared(batch, prepare_spec(spec), base_row, views)
+
+
 def prepare_spec(spec: Mapping) -> tuple:
     """A checked spec with its feature keys, for :func:`parse_prepared` (parsing many batches
     with one spec, e.g. one per read buffer, checks and encodes the spec once)."""
@@ -258,8 +271,10 @@ def prepare_spec(spec: Mapping) -> tuple:
     return spec, fidx_of, tuple(name.encode("utf-8") for name in names)
 
 
-def parse_prepared(batch: RecordBatch, prepared: tuple, base_row: int = 0) -> dict:
-    """:func:`parse_examples` of a :class:`RecordBatch` with a spec from :func:`prepare_spec`."""
+def parse_prepared(batch: RecordBatch, prepared: tuple, base_row: int = 0,
+                   views: bool = False) -> dict:
+    """:func:`parse_examples` of a :class:`RecordBatch` with a spec from :func:`prepare_spec`
+    (``views``: as in :func:`parse_examples_views`)."""
     from tpudata.example import structured
 
     spec, fidx_of, keys = prepared
@@ -278,7 +293,7 @@ def parse_prepared(batch: RecordBatch, prepared: tuple, base_row: int = 0) -> di
     out = {}
     for name, feat in spec.items():
         if isinstance(feat, FixedLenFeature):
-            out[name] = _parse_fixed(batch, locs, fidx_of[name], name, feat, base_row)
+            out[name] = _parse_fixed(batch, locs, fidx_of[name], name, feat, base_row, views)
         elif isinstance(feat, VarLenFeature):
             out[name] = varlen(name, feat.dtype)
         else:

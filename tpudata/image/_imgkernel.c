@@ -221,6 +221,7 @@ static void linear_taps(int half_pixel, float scale, int out, int limit, taps2 *
 typedef struct {
     int out_h, out_w, method, out_dtype, normalize;
     float scale, mean[3], stddev[3];
+    float *add, *mul; /* out_w * 3: mean and 1/stddev (0 and 1 without normalisation) per value */
 } post_params;
 
 static inline uint16_t to_bf16(float f) {
@@ -232,17 +233,24 @@ static inline uint16_t to_bf16(float f) {
 }
 
 /* Scale, normalise, flip and cast one output row of 3-channel floats into dst. The normalisation
- * multiplies by 1/stddev (TensorFlow divides: at most an ulp apart). */
+ * multiplies by 1/stddev (TensorFlow divides: at most an ulp apart). p->add / p->mul hold the
+ * per-channel mean and 1/stddev repeated along the row, so the loop is a plain vector loop
+ * (same operations per value as the per-channel form). */
 static void emit_row(const post_params *p, float *v, int flip, void *dst_row) {
     int ow = p->out_w, n = ow * 3;
-    float mul[3], add[3];
-    for (int c = 0; c < 3; c++) {
-        float inv = p->normalize ? 1.0f / p->stddev[c] : 1.0f;
-        mul[c] = inv;
-        add[c] = p->normalize ? p->mean[c] : 0.0f;
+    const float scale = p->scale, *add = p->add, *mul = p->mul;
+    if (p->out_dtype == 1) { /* float32: straight into the batch (no staging copy) */
+        float *d = (float *)dst_row;
+        if (!flip) {
+            for (int i = 0; i < n; i++) d[i] = (v[i] * scale - add[i]) * mul[i];
+        } else {
+            for (int x = 0; x < ow; x++)
+                for (int c = 0; c < 3; c++)
+                    d[(ow - 1 - x) * 3 + c] = (v[x * 3 + c] * scale - add[x * 3 + c]) * mul[x * 3 + c];
+        }
+        return;
     }
-    for (int x = 0; x < ow; x++)
-        for (int c = 0; c < 3; c++) v[x * 3 + c] = (v[x * 3 + c] * p->scale - add[c]) * mul[c];
+    for (int i = 0; i < n; i++) v[i] = (v[i] * scale - add[i]) * mul[i];
     if (flip) {
         for (int a = 0, b = ow - 1; a < b; a++, b--)
             for (int c = 0; c < 3; c++) {
@@ -251,17 +259,44 @@ static void emit_row(const post_params *p, float *v, int flip, void *dst_row) {
                 v[b * 3 + c] = t;
             }
     }
-    if (p->out_dtype == 1) {
-        memcpy(dst_row, v, (size_t)n * 4);
-    } else if (p->out_dtype == 0) {
+    if (p->out_dtype == 0) {
         uint8_t *d = (uint8_t *)dst_row;
-        for (int i = 0; i < n; i++) {
+        int i = 0;
+#ifdef __SSE2__
+        /* clamp, round half to even (the default MXCSR mode, as lrintf), pack: 16 values a step */
+        const __m128 lo = _mm_setzero_ps(), hi = _mm_set1_ps(255.0f);
+        for (; i + 16 <= n; i += 16) {
+            __m128i a = _mm_cvtps_epi32(_mm_min_ps(_mm_max_ps(_mm_loadu_ps(v + i), lo), hi));
+            __m128i b = _mm_cvtps_epi32(_mm_min_ps(_mm_max_ps(_mm_loadu_ps(v + i + 4), lo), hi));
+            __m128i c = _mm_cvtps_epi32(_mm_min_ps(_mm_max_ps(_mm_loadu_ps(v + i + 8), lo), hi));
+            __m128i e = _mm_cvtps_epi32(_mm_min_ps(_mm_max_ps(_mm_loadu_ps(v + i + 12), lo), hi));
+            _mm_storeu_si128((__m128i *)(d + i), _mm_packus_epi16(_mm_packs_epi32(a, b), _mm_packs_epi32(c, e)));
+        }
+#endif
+        for (; i < n; i++) {
             float r = v[i] < 0.0f ? 0.0f : (v[i] > 255.0f ? 255.0f : v[i]);
             d[i] = (uint8_t)lrintf(r);
         }
     } else {
         uint16_t *d = (uint16_t *)dst_row;
-        for (int i = 0; i < n; i++) d[i] = to_bf16(v[i]);
+        int i = 0;
+#ifdef __SSE2__
+        /* to_bf16 four lanes at a time: round to nearest even, NaN kept quiet */
+        const __m128i one = _mm_set1_epi32(1), bias = _mm_set1_epi32(0x7fff), quiet = _mm_set1_epi32(0x400000);
+        for (; i + 8 <= n; i += 8) {
+            __m128i r[2];
+            for (int h = 0; h < 2; h++) {
+                __m128 f = _mm_loadu_ps(v + i + 4 * h);
+                __m128i u = _mm_castps_si128(f);
+                __m128i rounded = _mm_add_epi32(_mm_add_epi32(u, bias), _mm_and_si128(_mm_srli_epi32(u, 16), one));
+                __m128i nan = _mm_castps_si128(_mm_cmpunord_ps(f, f));
+                __m128i x = _mm_or_si128(_mm_and_si128(nan, _mm_or_si128(u, quiet)), _mm_andnot_si128(nan, rounded));
+                r[h] = _mm_srai_epi32(x, 16); /* sign-extended high half: packs_epi32 keeps it exactly */
+            }
+            _mm_storeu_si128((__m128i *)(d + i), _mm_packs_epi32(r[0], r[1]));
+        }
+#endif
+        for (; i < n; i++) d[i] = to_bf16(v[i]);
     }
 }
 
@@ -469,25 +504,166 @@ static PyObject *py_decode_into(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* The images of a batch: a sequence of bytes-like objects, or a zero-copy column given as the tuple
+ * (buffers, buf_idx or None, offsets, lengths) (int32 buf_idx, int64 offsets/lengths): image i is
+ * buffers[buf_idx[i]][offsets[i]:offsets[i] + lengths[i]]. Fills data/lens (n entries); the
+ * buffers stay exported until images_release. */
+typedef struct {
+    PyObject *fast;
+    Py_buffer *bufs;
+    Py_ssize_t nbufs;
+    Py_buffer idx, off, len;
+    int col;
+    Py_ssize_t n;
+    const unsigned char **data;
+    size_t *lens;
+} images_t;
+
+static void images_release(images_t *im) {
+    for (Py_ssize_t i = 0; i < im->nbufs; i++) PyBuffer_Release(&im->bufs[i]);
+    free(im->bufs);
+    if (im->col) {
+        if (im->idx.obj) PyBuffer_Release(&im->idx);
+        if (im->off.obj) PyBuffer_Release(&im->off);
+        if (im->len.obj) PyBuffer_Release(&im->len);
+    }
+    free((void *)im->data);
+    free(im->lens);
+    Py_XDECREF(im->fast);
+    memset(im, 0, sizeof(*im));
+}
+
+static int images_collect(PyObject *images, images_t *im) {
+    memset(im, 0, sizeof(*im));
+    if (PyTuple_Check(images) && PyTuple_GET_SIZE(images) == 4) {
+        PyObject *bl = PyTuple_GET_ITEM(images, 0), *bi = PyTuple_GET_ITEM(images, 1);
+        im->col = 1;
+        im->fast = PySequence_Fast(bl, "buffers must be a sequence of bytes-like objects");
+        if (!im->fast) return -1;
+        Py_ssize_t nb = PySequence_Fast_GET_SIZE(im->fast);
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(images, 2), &im->off, PyBUF_C_CONTIGUOUS) < 0) return -1;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(images, 3), &im->len, PyBUF_C_CONTIGUOUS) < 0) return -1;
+        im->n = im->off.len / 8;
+        if (im->len.len != im->off.len) {
+            PyErr_SetString(PyExc_ValueError, "offsets and lengths must be int64 arrays of one length");
+            return -1;
+        }
+        if (bi != Py_None) {
+            if (PyObject_GetBuffer(bi, &im->idx, PyBUF_C_CONTIGUOUS) < 0) return -1;
+            if (im->idx.len != im->n * 4) {
+                PyErr_SetString(PyExc_ValueError, "buf_idx must be an int32 array with one entry per image");
+                return -1;
+            }
+        } else if (nb != 1) {
+            PyErr_SetString(PyExc_ValueError, "buf_idx None needs exactly one buffer");
+            return -1;
+        }
+        im->bufs = (Py_buffer *)calloc((size_t)(nb ? nb : 1), sizeof(Py_buffer));
+        im->data = (const unsigned char **)calloc((size_t)(im->n ? im->n : 1), sizeof(char *));
+        im->lens = (size_t *)calloc((size_t)(im->n ? im->n : 1), sizeof(size_t));
+        if (!im->bufs || !im->data || !im->lens) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (; im->nbufs < nb; im->nbufs++)
+            if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(im->fast, im->nbufs), &im->bufs[im->nbufs],
+                                   PyBUF_SIMPLE) < 0)
+                return -1;
+        const int64_t *off = (const int64_t *)im->off.buf, *len = (const int64_t *)im->len.buf;
+        const int32_t *idx = bi != Py_None ? (const int32_t *)im->idx.buf : NULL;
+        for (Py_ssize_t i = 0; i < im->n; i++) {
+            int32_t b = idx ? idx[i] : 0;
+            if (b < 0 || b >= nb || off[i] < 0 || len[i] < 0 || off[i] + len[i] > (int64_t)im->bufs[b].len) {
+                PyErr_Format(PyExc_ValueError, "image %zd lies outside its buffer", i);
+                return -1;
+            }
+            im->data[i] = (const unsigned char *)im->bufs[b].buf + off[i];
+            im->lens[i] = (size_t)len[i];
+        }
+        return 0;
+    }
+    im->fast = PySequence_Fast(images, "images must be a sequence of bytes-like objects");
+    if (!im->fast) return -1;
+    im->n = PySequence_Fast_GET_SIZE(im->fast);
+    im->bufs = (Py_buffer *)calloc((size_t)(im->n ? im->n : 1), sizeof(Py_buffer));
+    im->data = (const unsigned char **)calloc((size_t)(im->n ? im->n : 1), sizeof(char *));
+    im->lens = (size_t *)calloc((size_t)(im->n ? im->n : 1), sizeof(size_t));
+    if (!im->bufs || !im->data || !im->lens) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (; im->nbufs < im->n; im->nbufs++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(im->fast, im->nbufs), &im->bufs[im->nbufs], PyBUF_SIMPLE) < 0)
+            return -1;
+        im->data[im->nbufs] = (const unsigned char *)im->bufs[im->nbufs].buf;
+        im->lens[im->nbufs] = (size_t)im->bufs[im->nbufs].len;
+    }
+    return 0;
+}
+
+/* jpeg_info_batch(images, out) -> list of (index, message) failures; out: int32 (n, 4) rows of
+ * (height, width, components, colorspace), read from the headers without the GIL. */
+static PyObject *py_jpeg_info_batch(PyObject *self, PyObject *args) {
+    PyObject *images;
+    Py_buffer o;
+    if (!PyArg_ParseTuple(args, "Ow*", &images, &o)) return NULL;
+    images_t im;
+    PyObject *result = NULL;
+    char (*errs)[ERRLEN] = NULL;
+    int *failed = NULL;
+    if (images_collect(images, &im) < 0) goto done;
+    if (o.len < im.n * 16) {
+        PyErr_SetString(PyExc_ValueError, "out must be int32 (n, 4)");
+        goto done;
+    }
+    errs = calloc((size_t)(im.n ? im.n : 1), ERRLEN);
+    failed = (int *)calloc((size_t)(im.n ? im.n : 1), sizeof(int));
+    if (!errs || !failed) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int32_t *out = (int32_t *)o.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < im.n; i++) {
+        int h = 0, w = 0, c = 0, cs = 0;
+        if (read_info(im.data[i], im.lens[i], &h, &w, &c, &cs, errs[i]) != 0) failed[i] = 1;
+        out[4 * i] = h; out[4 * i + 1] = w; out[4 * i + 2] = c; out[4 * i + 3] = cs;
+    }
+    Py_END_ALLOW_THREADS
+    result = PyList_New(0);
+    for (Py_ssize_t i = 0; result && i < im.n; i++) {
+        if (!failed[i]) continue;
+        PyObject *item = Py_BuildValue("(ns)", i, errs[i]);
+        if (!item || PyList_Append(result, item) < 0) Py_CLEAR(result);
+        Py_XDECREF(item);
+    }
+done:
+    free(errs);
+    free(failed);
+    images_release(&im);
+    PyBuffer_Release(&o);
+    return result;
+}
+
 /* preprocess_batch(images, out, crops, flips, out_h, out_w, method, out_dtype, scale, mean, stddev,
- *                  normalize, fast_dct, fancy, num_threads) -> list of (index, message) failures */
+ *                  normalize, fast_dct, fancy, num_threads) -> list of (index, message) failures;
+ * images as in images_collect */
 static PyObject *py_preprocess_batch(PyObject *self, PyObject *args) {
     PyObject *seq;
     Py_buffer o, cb, fb;
     batch_job j;
+    images_t im;
     memset(&j, 0, sizeof(j));
+    memset(&im, 0, sizeof(im));
     int num_threads;
     if (!PyArg_ParseTuple(args, "Ow*y*y*iiiif(fff)(fff)iiii", &seq, &o, &cb, &fb, &j.p.out_h, &j.p.out_w,
                           &j.p.method, &j.p.out_dtype, &j.p.scale, &j.p.mean[0], &j.p.mean[1], &j.p.mean[2],
                           &j.p.stddev[0], &j.p.stddev[1], &j.p.stddev[2], &j.p.normalize, &j.fast_dct,
                           &j.fancy, &num_threads))
         return NULL;
-    PyObject *fast = PySequence_Fast(seq, "images must be a sequence of bytes-like objects");
-    Py_buffer *bufs = NULL;
     PyObject *result = NULL;
-    Py_ssize_t got = 0;
-    if (!fast) goto done;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (images_collect(seq, &im) < 0) goto done;
+    Py_ssize_t n = im.n;
     j.n = (int)n;
     size_t item = j.p.out_dtype == 0 ? 1 : (j.p.out_dtype == 1 ? 4 : 2);
     j.out_item_bytes = (size_t)j.p.out_h * j.p.out_w * 3 * item;
@@ -505,19 +681,24 @@ static PyObject *py_preprocess_batch(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "crops must be int32 (n, 4) and flips uint8 (n,)");
         goto done;
     }
-    bufs = (Py_buffer *)calloc((size_t)(n ? n : 1), sizeof(Py_buffer));
-    j.data = (const unsigned char **)calloc((size_t)(n ? n : 1), sizeof(char *));
-    j.lens = (size_t *)calloc((size_t)(n ? n : 1), sizeof(size_t));
-    j.errs = calloc((size_t)(n ? n : 1), ERRLEN);
-    j.failed = (int *)calloc((size_t)(n ? n : 1), sizeof(int));
-    if (!bufs || !j.data || !j.lens || !j.errs || !j.failed) {
+    j.p.add = (float *)malloc(sizeof(float) * 6 * (size_t)j.p.out_w);
+    if (!j.p.add) {
         PyErr_NoMemory();
         goto done;
     }
-    for (; got < n; got++) {
-        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(fast, got), &bufs[got], PyBUF_SIMPLE) < 0) goto done;
-        j.data[got] = (const unsigned char *)bufs[got].buf;
-        j.lens[got] = (size_t)bufs[got].len;
+    j.p.mul = j.p.add + 3 * (size_t)j.p.out_w;
+    for (int x = 0; x < j.p.out_w; x++)
+        for (int c = 0; c < 3; c++) {
+            j.p.add[3 * x + c] = j.p.normalize ? j.p.mean[c] : 0.0f;
+            j.p.mul[3 * x + c] = j.p.normalize ? 1.0f / j.p.stddev[c] : 1.0f;
+        }
+    j.data = im.data;
+    j.lens = im.lens;
+    j.errs = calloc((size_t)(n ? n : 1), ERRLEN);
+    j.failed = (int *)calloc((size_t)(n ? n : 1), sizeof(int));
+    if (!j.errs || !j.failed) {
+        PyErr_NoMemory();
+        goto done;
     }
     j.crops = (const int32_t *)cb.buf;
     j.flips = (const uint8_t *)fb.buf;
@@ -530,7 +711,7 @@ static PyObject *py_preprocess_batch(PyObject *self, PyObject *args) {
     } else {
         pthread_t *th = (pthread_t *)malloc(sizeof(pthread_t) * (size_t)num_threads);
         int started = 0;
-        for (int t = 0; t < num_threads - 1; t++)
+        for (int t = 0; th && t < num_threads - 1; t++)
             if (pthread_create(&th[started], NULL, batch_worker, &j) == 0) started++;
         batch_worker(&j);
         for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
@@ -545,13 +726,10 @@ static PyObject *py_preprocess_batch(PyObject *self, PyObject *args) {
         Py_XDECREF(item_);
     }
 done:
-    for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&bufs[i]);
-    free(bufs);
-    free((void *)j.data);
-    free(j.lens);
+    free(j.p.add);
     free(j.errs);
     free(j.failed);
-    Py_XDECREF(fast);
+    images_release(&im);
     PyBuffer_Release(&o);
     PyBuffer_Release(&cb);
     PyBuffer_Release(&fb);
@@ -562,6 +740,8 @@ static PyMethodDef methods[] = {
     {"jpeg_info", py_jpeg_info, METH_VARARGS, "jpeg_info(data) -> (height, width, components, colorspace)"},
     {"decode_into", py_decode_into, METH_VARARGS,
      "decode_into(data, out, channels, fast_dct, fancy, y, x, h, w): decode a window into out"},
+    {"jpeg_info_batch", py_jpeg_info_batch, METH_VARARGS,
+     "jpeg_info_batch(images, out): header info of every image into out (int32 (n, 4)); failures"},
     {"preprocess_batch", py_preprocess_batch, METH_VARARGS,
      "decode-crop-resize-flip-normalise-cast a list of JPEGs into a preallocated batch"},
     {NULL, NULL, 0, NULL}};

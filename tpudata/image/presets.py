@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from tpudata.dataset.columns import RecordColumn
 from tpudata.errors import InvalidImageError
 from tpudata.image import _backend
 from tpudata.image.decode import _info, as_buffer, decode_and_crop_jpeg
@@ -54,14 +55,62 @@ def _central_fraction_window(h: int, w: int, fraction: float) -> tuple[int, int,
     return y0, x0, h - 2 * y0, w - 2 * x0
 
 
-def _windows(bufs, is_training: bool, image_size: int, rng, style: str):
-    n = len(bufs)
+class _Images:
+    """A batch of JPEGs as the kernel takes them: a zero-copy column (a parsed bytes feature after
+    ``batch``: :class:`~tpudata.dataset.columns.BytesColumn`) stays in its read buffers; anything
+    else becomes a list of byte views. ``arg`` goes to the kernel; ``bufs()`` gives per-image views
+    for the reference path."""
+
+    __slots__ = ("arg", "n", "_col")
+
+    def __init__(self, images):
+        if isinstance(images, _Images):
+            self.arg, self.n, self._col = images.arg, images.n, images._col
+            return
+        if isinstance(images, RecordColumn):
+            buffers, buf_idx, offsets, lengths = images.buffers, images.buf_idx, images.offsets, images.lengths
+            self.arg = (list(buffers), None if buf_idx is None else np.ascontiguousarray(buf_idx, np.int32),
+                        np.ascontiguousarray(offsets, np.int64), np.ascontiguousarray(lengths, np.int64))
+            self.n, self._col = len(images), images
+        else:
+            self.arg = [as_buffer(b) for b in images]
+            self.n, self._col = len(self.arg), None
+
+    def bufs(self) -> list:
+        if self._col is None:
+            return self.arg
+        buffers, buf_idx, offsets, lengths = self.arg
+        views = [memoryview(b).cast("B") for b in buffers]
+        idx = np.zeros(self.n, np.int32) if buf_idx is None else buf_idx
+        return [views[b][o : o + ln] for b, o, ln in zip(idx.tolist(), offsets.tolist(), lengths.tolist())]
+
+
+def _infos(images: _Images) -> np.ndarray:
+    """``(n, 4)`` int32 rows of (height, width, components, colorspace), from the headers."""
+    k = _backend.kernel()
+    if k is None:
+        out = np.empty((images.n, 4), np.int32)
+        for i, buf in enumerate(images.bufs()):
+            try:
+                out[i] = _info(buf)
+            except InvalidImageError as e:
+                raise InvalidImageError(f"image {i} of the batch: {e}", index=i) from None
+        return out
+    out = np.empty((images.n, 4), np.int32)
+    failures = k.jpeg_info_batch(images.arg, out)
+    if failures:
+        i, msg = failures[0]
+        raise InvalidImageError(f"image {i} of the batch: extract_jpeg_shape: {msg}", index=i)
+    return out
+
+
+def _windows(images, is_training: bool, image_size: int, rng, style: str):
+    images = _Images(images)
+    n = images.n
     crops = np.empty((n, 4), np.int32)
-    for i, buf in enumerate(bufs):
-        try:
-            h, w, _, _ = _info(buf)
-        except InvalidImageError as e:
-            raise InvalidImageError(f"image {i} of the batch: {e}", index=i) from None
+    infos = _infos(images).tolist()
+    for i in range(n):
+        h, w = infos[i][0], infos[i][1]
         if style == "resnet":
             if is_training:
                 win = sample_crop_window(h, w, rng, None, 0.1, (3 / 4, 4 / 3), (0.08, 1.0), 10)
@@ -81,7 +130,7 @@ def _windows(bufs, is_training: bool, image_size: int, rng, style: str):
 
 def _reference(bufs, crops, flips, out, method: str, scale, mean, stddev, normalize: bool, name: str):
     size = out.shape[1:3]
-    for i, buf in enumerate(bufs):
+    for i, buf in enumerate(bufs.bufs()):
         try:
             img = decode_and_crop_jpeg(buf, crops[i], channels=3)
         except InvalidImageError as e:
@@ -117,8 +166,8 @@ def preprocess_batch(images, crops, flips, image_size: int | tuple[int, int], *,
     if name == "uint8" and normalize:
         raise ValueError("uint8 output cannot be normalised: pass normalize=False (normalise on the device)")
     oh, ow = (image_size, image_size) if np.isscalar(image_size) else (int(image_size[0]), int(image_size[1]))
-    bufs = [as_buffer(b) for b in images]
-    n = len(bufs)
+    bufs = _Images(images)
+    n = bufs.n
     if out is None:
         if name == "bfloat16":
             import ml_dtypes
@@ -137,7 +186,7 @@ def preprocess_batch(images, crops, flips, image_size: int | tuple[int, int], *,
         _reference(bufs, crops, flips, out, method, scale, mean, stddev, normalize, name)
         return out
     threads = num_threads or min(n, os.cpu_count() or 1)
-    failures = k.preprocess_batch(bufs, out.reshape(-1).view(np.uint8), crops, flips, oh, ow, _METHODS[method],
+    failures = k.preprocess_batch(bufs.arg, out.reshape(-1).view(np.uint8), crops, flips, oh, ow, _METHODS[method],
                                   _DTYPES[name], float(F(scale)), tuple(float(v) for v in mean),
                                   tuple(float(v) for v in stddev), int(normalize), 1, 1, threads)
     if failures:
@@ -155,13 +204,14 @@ def resnet_preprocess_batch(images, is_training: bool, image_size: int = 224, *,
     10 attempts, min_object_covered 0.1; center crop when it fails), TF1 bicubic resize, random
     flip. Eval: center crop of ``size/(size+32)`` of the short side, TF1 bicubic resize. Both scale
     to [0, 1] and normalise with the ImageNet mean/stddev. ``seed``: int, tuple (e.g.
-    ``(pipeline_seed, batch_index)``) or Generator. ``images``: bytes-like objects or uint8 views.
+    ``(pipeline_seed, batch_index)``) or Generator. ``images``: bytes-like objects, uint8 views, or
+    a parsed bytes feature after ``batch`` (a zero-copy ``BytesColumn``: read in place).
 
     >>> from tpudata.image.decode import _jpeg_for_doc
     >>> resnet_preprocess_batch([_jpeg_for_doc()] * 2, True, 8, seed=(1, 0)).shape
     (2, 8, 8, 3)
     """
-    bufs = [as_buffer(b) for b in images]
+    bufs = _Images(images)
     crops, flips = _windows(bufs, is_training, image_size, make_rng(seed), "resnet")
     return preprocess_batch(bufs, crops, flips, image_size, method="bicubic_v1", dtype=dtype, normalize=normalize,
                             mean=mean, stddev=stddev, out=out, num_threads=num_threads)
@@ -192,7 +242,7 @@ def inception_preprocess_batch(images, is_training: bool, image_size: int = 299,
     >>> float(inception_preprocess_batch([_jpeg_for_doc()], False, 8).max()) <= 1.0
     True
     """
-    bufs = [as_buffer(b) for b in images]
+    bufs = _Images(images)
     crops, flips = _windows(bufs, is_training, image_size, make_rng(seed), "inception")
     return preprocess_batch(bufs, crops, flips, image_size, method="bilinear_v1", dtype=dtype, normalize=True,
                             mean=(0.5, 0.5, 0.5), stddev=(0.5, 0.5, 0.5), out=out, num_threads=num_threads)
