@@ -68,6 +68,27 @@ def test_pack_then_unpickle_equals_to_torch(bytes_as, threshold):
     assert _same(pickle.loads(pickle.dumps(packed)), want)
 
 
+@pytest.mark.parametrize("bytes_as", ["list", "tensor"])
+@pytest.mark.parametrize("threshold", [0, 1 << 40])
+def test_a_parsed_bytes_column_packs_straight_from_the_read_buffers(bytes_as, threshold):
+    # parse -> batch leaves a large bytes feature in the read buffers (BytesColumn); to_torch and
+    # pack copy each value once from there, and give what the same values as bytes would give
+    from tpudata.dataset.columns import BytesColumn
+
+    rng = np.random.default_rng(5)
+    values = [rng.bytes(int(n)) for n in rng.integers(0, 30_000, 7)]
+    parts = [BytesColumn.from_bytes(values[:3]), BytesColumn.from_bytes(values[3:])]
+    col = BytesColumn.concat(parts).take(np.array([6, 0, 3, 1, 5, 2, 4]))  # two buffers, reordered
+    assert isinstance(col, BytesColumn) and col.buf_idx is not None
+    expect = [values[i] for i in (6, 0, 3, 1, 5, 2, 4)]
+    plain = {"blob": np.array(expect, dtype=object), "id": np.arange(7)}
+    want = to_torch(plain, bytes_as, _shared=False)
+    got = to_torch({"blob": col, "id": np.arange(7)}, bytes_as, _shared=False)
+    assert _same(got, want)
+    packed = shared.pack({"blob": col, "id": np.arange(7)}, bytes_as, threshold=threshold)
+    assert _same(packed.unpack(), want)
+
+
 def test_a_block_is_reused_only_after_the_batch_was_copied_out():
     shared._pool = None  # this process's pool, as a new worker's
     rng = np.random.default_rng(0)

@@ -34,7 +34,8 @@ import threading
 import numpy as np
 import torch
 
-from tpudata.torch.tensors import ByteStrings, to_torch
+from tpudata.dataset.columns import BytesColumn
+from tpudata.torch.tensors import ByteStrings, copy_column, to_torch
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +103,8 @@ class _Planner:
             return {k: self.walk(v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return type(value)(self.walk(v) for v in value)
+        if isinstance(value, BytesColumn):  # parsed bytes still in the read buffers
+            return self._column(value)
         if not isinstance(value, np.ndarray):
             return value
         if value.dtype == object or value.dtype.kind == "S":
@@ -112,6 +115,17 @@ class _Planner:
         ref = _Ref("t", self._take(value.nbytes), value.nbytes, 0, 0, value.dtype,
                    tuple(value.shape))
         self.copies.append((ref, value))
+        return ref
+
+    def _column(self, col: BytesColumn):
+        lengths = np.asarray(col.lengths, dtype=np.int64)
+        total = int(lengths.sum())
+        if self.bytes_as == "list" and total < self.threshold:
+            return col.tolist()
+        num_len = 8 * (len(lengths) + 1)
+        ref = _Ref("s" if self.bytes_as == "tensor" else "l", self._take(num_len), num_len,
+                   self._take(total, 1), total, None, (len(lengths),))
+        self.copies.append((ref, (col, lengths)))
         return ref
 
     def _strings(self, arr: np.ndarray):
@@ -217,7 +231,9 @@ def pack(batch, bytes_as: str = "list", threshold: int = BYTES_THRESHOLD) -> Pac
         offsets[0] = 0
         np.cumsum(lengths, out=offsets[1:])
         base = ref.bytes_at
-        if ref.bytes_len and ref.bytes_len < 64 * len(items):  # many small strings: one join
+        if isinstance(items, BytesColumn):  # straight from the read buffers
+            copy_column(items, view[base : base + ref.bytes_len], offsets)
+        elif ref.bytes_len and ref.bytes_len < 64 * len(items):  # many small strings: one join
             view[base : base + ref.bytes_len] = np.frombuffer(b"".join(items), dtype=np.uint8)
         else:
             for o, n, item in zip(offsets[:-1].tolist(), lengths.tolist(), items):

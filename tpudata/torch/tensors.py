@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from tpudata.dataset.columns import BytesColumn
+
 
 class ByteStrings:
     """A batch of byte strings: ``values`` (uint8 tensor) and ``offsets`` (int64, ``n + 1``).
@@ -44,6 +46,21 @@ class ByteStrings:
         for o, n, item in zip(offsets[:-1].tolist(), lengths.tolist(), items):
             if n:
                 view[o : o + n] = np.frombuffer(item, dtype=np.uint8)
+        return cls(values, torch.from_numpy(offsets))
+
+    @classmethod
+    def from_column(cls, col: BytesColumn, shared: bool = False) -> "ByteStrings":
+        """From a parsed bytes column still in the read buffers: each value is copied once,
+        straight into the tensor (no bytes object per value)."""
+        lengths = np.asarray(col.lengths, dtype=np.int64)
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        if shared:
+            values = torch.empty(0, dtype=torch.uint8).set_(
+                torch.UntypedStorage._new_shared(int(offsets[-1])))
+        else:
+            values = torch.empty(int(offsets[-1]), dtype=torch.uint8)
+        copy_column(col, values.numpy(), offsets)
         return cls(values, torch.from_numpy(offsets))
 
     def __len__(self) -> int:
@@ -85,6 +102,17 @@ def _in_worker() -> bool:
 BYTES_AS = ("list", "tensor")
 
 
+def copy_column(col: BytesColumn, dst: np.ndarray, offsets: np.ndarray) -> None:
+    """Copy value ``i`` of ``col`` to ``dst[offsets[i]:offsets[i + 1]]`` (uint8 views, no bytes
+    objects)."""
+    buffers, buf_idx, starts, lengths = col.views()
+    srcs = [np.frombuffer(b, dtype=np.uint8) for b in buffers]
+    which = [0] * len(lengths) if buf_idx is None else buf_idx.tolist()
+    for b, o, s, n in zip(which, offsets[:-1].tolist(), starts.tolist(), lengths.tolist()):
+        if n:
+            dst[o : o + n] = srcs[b][s : s + n]
+
+
 def to_torch(batch, bytes_as: str = "list", _shared: bool | None = None):
     """numpy arrays -> tensors without a copy (``torch.from_numpy``); arrays of byte strings ->
     lists of bytes, or :class:`ByteStrings` with ``bytes_as="tensor"``; dicts/lists kept."""
@@ -94,6 +122,10 @@ def to_torch(batch, bytes_as: str = "list", _shared: bool | None = None):
         return {k: to_torch(v, bytes_as, _shared) for k, v in batch.items()}
     if isinstance(batch, (list, tuple)):
         return type(batch)(to_torch(v, bytes_as, _shared) for v in batch)
+    if isinstance(batch, BytesColumn):  # a parsed bytes feature still in the read buffers
+        if bytes_as == "list":
+            return batch.tolist()
+        return ByteStrings.from_column(batch, _in_worker() if _shared is None else _shared)
     if isinstance(batch, np.ndarray):
         if batch.dtype == object or batch.dtype.kind == "S":
             if bytes_as == "list":
@@ -108,4 +140,4 @@ def to_torch(batch, bytes_as: str = "list", _shared: bool | None = None):
     return batch
 
 
-__all__ = ["BYTES_AS", "ByteStrings", "to_torch"]
+__all__ = ["BYTES_AS", "ByteStrings", "copy_column", "to_torch"]
