@@ -76,3 +76,19 @@ def test_zero_copy_column_restores_exactly(path):
         rest = [b["img"].tolist() for b in it]
     with ds.iterator(state) as it:
         assert [b["img"].tolist() for b in it] == rest
+
+
+def test_parse_after_batch_keeps_the_column_without_copying_it_out(path, monkeypatch):
+    # a block of batched elements holds each element's column itself: nothing converts it to
+    # bytes objects on the way (BytesColumn.to_list is the copy)
+    from tpudata.dataset.block import as_column
+
+    col = BytesColumn.from_bytes([b"ab", b"cde"])
+    calls = []
+    monkeypatch.setattr(BytesColumn, "to_list", lambda self: calls.append(1) or [])
+    out = as_column([col, col])
+    assert out.dtype == object and out.shape == (2,) and out[0] is col and out[1] is col
+    batches = list(TFRecordDataset(path).batch(5).parse(SPEC))
+    assert calls == [] and all(isinstance(b["img"], BytesColumn) for b in batches)
+    monkeypatch.undo()
+    assert [v for b in batches for v in b["img"].tolist()] == [_value(i) for i in range(10)]

@@ -34,9 +34,14 @@ def as_column(values: list, copy: bool = True):
     first = values[0]
     if not copy and len(values) == 1 and type(first) is np.ndarray and first.dtype != object:
         return first[None]
-    if isinstance(first, (bytes, str)) or isinstance(first, (RecordColumn, VarLenValues)):
+    if isinstance(first, (bytes, str)):
         out = np.empty(len(values), dtype=object)
         out[:] = values
+        return out
+    if isinstance(first, (RecordColumn, VarLenValues)):  # kept as they are: a slice assignment
+        out = np.empty(len(values), dtype=object)  # would copy array-likes (BytesColumn) out
+        for k, v in enumerate(values):
+            out[k] = v
         return out
     try:
         arrs = [np.asarray(v) for v in values]
