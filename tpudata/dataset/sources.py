@@ -255,12 +255,28 @@ class _TFRecordFiles(_RecordFilesDataset):
         origins, skip = ctx.origins, ctx.ignore_errors
         it = _FilesIterator(self.files, lambda path, offset: self._open(path, offset, origins,
                                                                         skip))
-        if self.read_ahead_bytes > 0 and not ctx.in_background:  # a few read buffers ahead
-            from tpudata.dataset.prefetch import PrefetchIterator
+        if self.read_ahead_bytes > 0 and not ctx.in_background and not self._fits_one_read():
+            from tpudata.dataset.prefetch import PrefetchIterator  # a few read buffers ahead
 
             return PrefetchIterator(it, max_elements=1 << 40, max_bytes=self.read_ahead_bytes,
                                     name="tpudata-readahead", ctx=ctx)
         return it
+
+    def _fits_one_read(self) -> bool:
+        """Local files that one read buffer holds in all: a read-ahead thread would cost more
+        (~0.25 ms to start and hand over) than the single read it overlaps."""
+        if not all(storage.is_local(f) for f in self.files):
+            return False
+        limit = self.options["buffer_size"] or DEFAULT_BUFFER_SIZE
+        total = 0
+        for f in self.files:
+            try:
+                total += os.path.getsize(storage.local_path(f))
+            except OSError:  # missing: the reader reports it, with or without a thread
+                return False
+            if total > limit:
+                return False
+        return True
 
     def _open(self, path, offset, origins: bool = False, skip_errors: bool = False):
         options = dict(self.options, on_error="skip") if skip_errors else self.options
@@ -286,7 +302,7 @@ def TFRecordDataset(filenames, compression_type: str | None = None,
     ``filenames`` is a name, a list of names, or a Dataset of names; ``compression_type`` (or
     ``compression``) is None (detect), "" , "GZIP" or "ZLIB". Files are read (and their CRCs
     checked) in a background thread up to ``read_ahead_bytes`` ahead (0: in the caller's
-    thread). ``num_parallel_reads=k``
+    thread; local files that one read buffer holds are read in the caller's thread too). ``num_parallel_reads=k``
     reads ``k`` files at once in background threads, interleaving their records one by one in a
     deterministic order (as tf.data does). ``on_error="skip"`` stops reading a damaged file with
     a warning instead of raising (tf.data's ``ignore_errors``). ``use_mmap=True`` memory-maps
