@@ -127,7 +127,36 @@ def _parallelism(ds: MapDataset, options) -> tuple[int, bool]:
     return workers, deterministic
 
 
-class _MapIterator(BlockIterator):
+class MapperIterator(BlockIterator):
+    """What the thread (below) and process (procmap.py) map iterators share: a restore restarts
+    the mapper from the saved input state, skipping the elements already delivered; closing
+    stops the mapper, then the input."""
+
+    def set_state(self, state):
+        self._close_mapper()
+        self.cursor.set_state(state["input"])
+        self.delivered = int(state["delivered"])
+        self.checker.set_state(state["checker"])
+        self._start(skip=state["skip"])
+
+    def _close_mapper(self):
+        if self.results is not None and hasattr(self.results, "close"):
+            try:
+                self.results.close()
+            except Exception:  # a generator stopped mid-way
+                pass
+        if self.mapper is not None:
+            self.mapper.close()
+            self.ctx.off_stop(self.mapper.close)
+            self.mapper = None
+        self.results = None
+
+    def close(self):
+        self._close_mapper()
+        self.input_it.close()
+
+
+class _MapIterator(MapperIterator):
     def __init__(self, ds: MapDataset, input_it: BlockIterator, ctx):
         self.ds = ds
         self.ctx = ctx
@@ -235,28 +264,6 @@ class _MapIterator(BlockIterator):
         return {"input": state, "skip": skip, "delivered": self.delivered,
                 "checker": self.checker.get_state()}
 
-    def set_state(self, state):
-        self._close_mapper()
-        self.cursor.set_state(state["input"])
-        self.delivered = int(state["delivered"])
-        self.checker.set_state(state["checker"])
-        self._start(skip=state["skip"])
-
-    def _close_mapper(self):
-        if self.results is not None and hasattr(self.results, "close"):
-            try:
-                self.results.close()
-            except Exception:  # a generator stopped mid-way
-                pass
-        if self.mapper is not None:
-            self.mapper.close()
-            self.ctx.off_stop(self.mapper.close)
-            self.mapper = None
-        self.results = None
-
-    def close(self):
-        self._close_mapper()
-        self.input_it.close()
 
 
-__all__ = ["MapDataset", "call", "function_name"]
+__all__ = ["MapDataset", "MapperIterator", "call", "function_name"]

@@ -25,6 +25,7 @@ from typing import Callable
 
 from tpudata.dataset.block import Block, as_column
 from tpudata.dataset.iterator import BlockIterator, Cursor
+from tpudata.dataset.map import MapperIterator
 from tpudata.dataset.nest import flatten
 from tpudata.dataset.spec import OutputChecker
 from tpudata.errors import WorkerError
@@ -102,7 +103,7 @@ class _Chunk:
         self.done = False
 
 
-class ProcessMapIterator(BlockIterator):
+class ProcessMapIterator(MapperIterator):
     """The map iterator with ``use_processes=True`` (see the module docstring)."""
 
     def __init__(self, ds, input_it: BlockIterator, ctx, workers: int, deterministic: bool,
@@ -301,26 +302,3 @@ class ProcessMapIterator(BlockIterator):
             skip = sorted(p - p0 for p in self.out_p if p >= p0)
         return {"input": state, "skip": skip, "delivered": self.delivered,
                 "checker": self.checker.get_state()}
-
-    def set_state(self, state):
-        self._close_mapper()
-        self.cursor.set_state(state["input"])
-        self.delivered = int(state["delivered"])
-        self.checker.set_state(state["checker"])
-        self._start(skip=state["skip"])
-
-    def _close_mapper(self):
-        if self.results is not None:
-            try:
-                self.results.close()
-            except Exception:  # a generator stopped mid-way
-                pass
-        if self.mapper is not None:
-            self.mapper.close()
-            self.ctx.off_stop(self.mapper.close)
-            self.mapper = None
-        self.results = None
-
-    def close(self):
-        self._close_mapper()
-        self.input_it.close()
