@@ -12,38 +12,22 @@ by default each iteration repeats the same one, as TF does. State is the seed an
 
 from __future__ import annotations
 
-import os
-import secrets
-
 import numpy as np
 
 from tpudata.dataset.base import INFINITE, BlockIterator, Dataset
 from tpudata.dataset.block import Block
 from tpudata.dataset.nest import LEAF
+from tpudata.dataset.seeds import ProcessSeeded
 
 BLOCK = 4096
 _I64 = np.iinfo(np.int64)
 
 
-class RandomDataset(Dataset):
+class RandomDataset(ProcessSeeded, Dataset):
     def __init__(self, seed: int | None = None, rerandomize_each_iteration: bool | None = None):
         super().__init__()
-        self.seed = None if seed is None else int(seed)
+        self._init_seed(seed)
         self.rerandomize_each_iteration = bool(rerandomize_each_iteration)
-        self._seed = self.seed if self.seed is not None else secrets.randbits(63)
-        self._pid = os.getpid()
-
-    def process_seed(self) -> int:
-        """``seed``, or one drawn in this process (a forked or spawned copy draws its own)."""
-        if self.seed is None and self._pid != os.getpid():
-            self._seed, self._pid = secrets.randbits(63), os.getpid()
-        return self._seed
-
-    def _drawn_seed(self) -> int | None:
-        return None if self.seed is not None else self.process_seed()
-
-    def _set_drawn_seed(self, seed: int) -> None:
-        self._seed, self._pid = int(seed), os.getpid()
 
     def _make_iterator(self, ctx):
         key = tuple(ctx.path) if self.rerandomize_each_iteration else ()

@@ -7,10 +7,35 @@ be ordered differently from the uninterrupted run (tf.data saves its seed genera
 the iterator checkpoint too). ``Iterator.get_state`` records them; ``set_state`` puts them back.
 
 A random op takes part by defining ``_drawn_seed()`` (``None`` when the user gave a seed) and
-``_set_drawn_seed(seed)``.
+``_set_drawn_seed(seed)``; :class:`ProcessSeeded` gives both to ops that draw per process.
 """
 
 from __future__ import annotations
+
+import os
+import secrets
+
+
+class ProcessSeeded:
+    """An op with an optional ``seed``: unseeded, it draws one when built and again in each
+    process that holds a copy (forked or spawned workers must not all draw alike)."""
+
+    def _init_seed(self, seed: int | None) -> None:
+        self.seed = None if seed is None else int(seed)
+        self._seed = self.seed if self.seed is not None else secrets.randbits(63)
+        self._pid = os.getpid()
+
+    def process_seed(self) -> int:
+        """``seed``, or the one drawn in this process."""
+        if self.seed is None and self._pid != os.getpid():
+            self._seed, self._pid = secrets.randbits(63), os.getpid()
+        return self._seed
+
+    def _drawn_seed(self) -> int | None:
+        return None if self.seed is not None else self.process_seed()
+
+    def _set_drawn_seed(self, seed: int) -> None:
+        self._seed, self._pid = int(seed), os.getpid()
 
 
 def _children(ds) -> list:
@@ -59,4 +84,4 @@ def restore_seeds(ds, seeds: list) -> bool:
     return changed
 
 
-__all__ = ["drawn_seeds", "random_nodes", "restore_seeds"]
+__all__ = ["ProcessSeeded", "drawn_seeds", "random_nodes", "restore_seeds"]

@@ -17,9 +17,7 @@ again (random access); otherwise the state carries the elements themselves, as t
 from __future__ import annotations
 
 import concurrent.futures as cf
-import os
 import pickle
-import secrets
 import struct
 import weakref
 
@@ -29,11 +27,12 @@ from tpudata import storage
 from tpudata.dataset.base import BlockIterator, Cursor, Dataset
 from tpudata.dataset.block import LEAF, Block, Origin, RecordColumn, as_column, leaf_nbytes
 from tpudata.dataset.nest import tree_from_json, tree_to_json
+from tpudata.dataset.seeds import ProcessSeeded
 from tpudata.dataset.spill import Spills
 from tpudata.example.parse import VarLenValues
 
 
-class ShuffleDataset(Dataset):
+class ShuffleDataset(ProcessSeeded, Dataset):
     def __init__(self, input_ds: Dataset, buffer_size: int, seed: int | None = None,
                  reshuffle_each_iteration: bool = True, *, spill_url: str | None = None,
                  spill_bytes: int = 16 << 20, spill_keep: int | None = None):
@@ -52,25 +51,10 @@ class ShuffleDataset(Dataset):
             input_ds = ParseDataset(input_ds.input, input_ds.spec, input_ds.threads, views=False)
         self.input = input_ds
         self.buffer_size = int(buffer_size)
-        self.seed = seed
         self.reshuffle_each_iteration = reshuffle_each_iteration
         # seed=None: random, but fixed for this dataset in this process (and recorded in
         # iterator state); a forked or spawned worker draws its own (see process_seed)
-        self._seed = int(seed) if seed is not None else secrets.randbits(63)
-        self._pid = os.getpid()
-
-    def process_seed(self) -> int:
-        """The seed: ``seed``, or for an unseeded shuffle one drawn in this process, so that
-        workers forked (or spawned) with a copy of the dataset do not all shuffle alike."""
-        if self.seed is None and self._pid != os.getpid():
-            self._seed, self._pid = secrets.randbits(63), os.getpid()
-        return self._seed
-
-    def _drawn_seed(self) -> int | None:
-        return None if self.seed is not None else self.process_seed()
-
-    def _set_drawn_seed(self, seed: int) -> None:
-        self._seed, self._pid = int(seed), os.getpid()
+        self._init_seed(seed)
 
     def _make_iterator(self, ctx):
         return _ShuffleIterator(self, ctx)
