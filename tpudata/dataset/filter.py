@@ -18,26 +18,34 @@ from tpudata.dataset.iterator import BlockIterator, Cursor
 from tpudata.dataset.map import call, function_name
 
 
-class FilterDataset(Dataset):
+class PredicateDataset(Dataset):
+    """An op that calls a user ``predicate`` per element (``filter``, ``take_while``): the
+    argument checks, the name and the element spec (the input's) they share."""
+
     _functions = ("predicate",)
+    op = "predicate"
 
     def __init__(self, input_ds: Dataset, predicate: Callable):
         super().__init__()
         if not isinstance(input_ds, Dataset):
             raise TypeError(f"expected a Dataset, got {type(input_ds).__name__}")
         if not callable(predicate):
-            raise TypeError(f"filter() needs a callable, not {type(predicate).__name__}")
+            raise TypeError(f"{self.op}() needs a callable, not {type(predicate).__name__}")
         self.input = input_ds
         self.predicate = predicate
-        self.name = f"filter({function_name(predicate)})"
-
-    def _make_iterator(self, ctx):
-        return _FilterIterator(self, self.input._make_iterator(ctx))
+        self.name = f"{self.op}({function_name(predicate)})"
 
     def _spec(self):
         from tpudata.dataset.spec import _static
 
         return _static(self.input)
+
+
+class FilterDataset(PredicateDataset):
+    op = "filter"
+
+    def _make_iterator(self, ctx):
+        return _FilterIterator(self, self.input._make_iterator(ctx))
 
 
 def _truth(value, op: str) -> bool:
@@ -74,4 +82,4 @@ class _FilterIterator(BlockIterator):
         self.input_it.close()
 
 
-__all__ = ["FilterDataset"]
+__all__ = ["FilterDataset", "PredicateDataset"]

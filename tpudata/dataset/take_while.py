@@ -10,34 +10,17 @@ False was seen (then the dataset stays ended).
 
 from __future__ import annotations
 
-from typing import Callable
-
-from tpudata.dataset.base import UNKNOWN, Dataset
-from tpudata.dataset.filter import _truth
+from tpudata.dataset.base import UNKNOWN, Dataset  # noqa: F401 (the doctest above)
+from tpudata.dataset.filter import PredicateDataset, _truth
 from tpudata.dataset.iterator import BlockIterator, Cursor
-from tpudata.dataset.map import call, function_name
+from tpudata.dataset.map import call
 
 
-class TakeWhileDataset(Dataset):
-    _functions = ("predicate",)
-
-    def __init__(self, input_ds: Dataset, predicate: Callable):
-        super().__init__()
-        if not isinstance(input_ds, Dataset):
-            raise TypeError(f"expected a Dataset, got {type(input_ds).__name__}")
-        if not callable(predicate):
-            raise TypeError(f"take_while() needs a callable, not {type(predicate).__name__}")
-        self.input = input_ds
-        self.predicate = predicate
-        self.name = f"take_while({function_name(predicate)})"
+class TakeWhileDataset(PredicateDataset):
+    op = "take_while"
 
     def _make_iterator(self, ctx):
         return _TakeWhileIterator(self, self.input._make_iterator(ctx))
-
-    def _spec(self):
-        from tpudata.dataset.spec import _static
-
-        return _static(self.input)
 
     def cardinality(self) -> int:
         return 0 if self.input.cardinality() == 0 else UNKNOWN
