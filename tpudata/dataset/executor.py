@@ -11,7 +11,8 @@ Python that holds the GIL) and :class:`ThreadMapper` (threads, for work that rel
 ``imap`` yields ``(position of the input element, fn(element))``, in input order when
 ``deterministic`` else in completion order, with at most ``max_in_flight`` elements pulled but
 not yet yielded; an error raised by ``fn`` is re-raised in the consumer with its traceback.
-:func:`make_mapper` picks one; the map iterator keeps the input state of every in-flight
+``map`` uses a ThreadMapper (and, with ``use_processes=True``, ProcessMapper through
+:mod:`tpudata.dataset.procmap`); the map iterator keeps the input state of every in-flight
 element, so its checkpoints are element-exact with either executor.
 """
 
@@ -127,29 +128,4 @@ class ThreadMapper:
             pass
 
 
-PROCESS_WINDOW = 32
-
-
-def make_mapper(fn: Callable, num_workers: int, *, deterministic: bool, use_processes: bool,
-                max_in_flight: int | None = None, stop: threading.Event | None = None):
-    """The executor for a map: threads, or processes (``tpudata.dataset.procpool``).
-
-    (``Dataset.map(use_processes=True)`` itself uses :mod:`tpudata.dataset.procmap`, which sends
-    chunks of elements to a ProcessMapper.)"""
-    if use_processes:
-        try:
-            from tpudata.dataset.procpool import ProcessMapper
-        except ImportError as exc:
-            raise NotImplementedError(
-                "map(..., use_processes=True) needs the process pool module "
-                f"tpudata.dataset.procpool, which is not available here ({exc}); use threads "
-                "(use_processes=False) meanwhile") from None
-        # processes pay ~50 us per message: a window of at least 32 elements lets the pool send
-        # quick elements in chunks (the in-flight bound is then this window, not the workers)
-        window = max_in_flight or max(PROCESS_WINDOW, 4 * num_workers)
-        return ProcessMapper(fn, num_workers, max_in_flight=window, deterministic=deterministic)
-    return ThreadMapper(fn, num_workers, max_in_flight=max_in_flight, deterministic=deterministic,
-                        stop=stop)
-
-
-__all__ = ["AUTOTUNE", "ThreadMapper", "make_mapper", "resolve_parallelism"]
+__all__ = ["AUTOTUNE", "ThreadMapper", "resolve_parallelism"]

@@ -29,7 +29,7 @@ import numpy as np
 
 from tpudata.dataset.base import Dataset
 from tpudata.dataset.block import Block
-from tpudata.dataset.executor import make_mapper, resolve_parallelism
+from tpudata.dataset.executor import ThreadMapper, resolve_parallelism
 from tpudata.dataset.iterator import BlockIterator, Cursor
 from tpudata.dataset.nest import flatten
 from tpudata.dataset.spec import OutputChecker, traced_spec
@@ -204,8 +204,8 @@ class _MapIterator(MapperIterator):
         if not self.workers:
             apply = _Apply(ds.fn, self.skip_errors)
             return ((pos, apply(item)) for pos, item in enumerate(self._feed()))
-        self.mapper = make_mapper(_Apply(ds.fn, self.skip_errors), self.workers, deterministic=self.deterministic,
-                                  use_processes=ds.use_processes, stop=self.ctx.stop)
+        self.mapper = ThreadMapper(_Apply(ds.fn, self.skip_errors), self.workers,
+                                   deterministic=self.deterministic, stop=self.ctx.stop)
         self.ctx.on_stop(self.mapper.close)
         return self.mapper.imap(self._feed())
 
