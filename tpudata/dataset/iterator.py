@@ -281,8 +281,10 @@ class Iterator:
 
     def _build(self, iteration: int) -> None:
         from tpudata.dataset.options import options_of
+        from tpudata.dataset.seeds import random_nodes
 
         self._ctx = IterContext((iteration,), options=options_of(self._dataset))
+        self._random = random_nodes(self._dataset)  # unseeded ops: their seeds go in the state
         self._it = self._dataset._make_iterator(self._ctx)
         self._cursor = Cursor(self._it)
 
@@ -327,13 +329,10 @@ class Iterator:
                     self._close_chain()
 
     def get_state(self) -> dict:
-        from tpudata.dataset.seeds import drawn_seeds
-
         with self._lock:
             state = {"iteration": self._iteration, "cursor": self._cursor.get_state()}
-            seeds = drawn_seeds(self._dataset)
-            if seeds:  # unseeded random ops go on with the saving run's seeds
-                state["seeds"] = seeds
+            if self._random:  # unseeded random ops go on with the saving run's seeds
+                state["seeds"] = [int(node._drawn_seed()) for node in self._random]
             return jsonable(state)
 
     def set_state(self, state: dict) -> None:
@@ -341,14 +340,12 @@ class Iterator:
 
         state = from_jsonable(state)
         with self._lock:
-            if restore_seeds(self._dataset, state.get("seeds") or []):
+            reseeded = restore_seeds(self._random, state.get("seeds") or [])
+            iteration = int(state["iteration"])
+            if reseeded or iteration != self._iteration:  # rebuilt with those seeds / epoch
                 self._it.close()
-                self._build(int(state["iteration"]))
-                self._iteration = int(state["iteration"])
-            elif int(state["iteration"]) != self._iteration:
-                self._it.close()
-                self._iteration = int(state["iteration"])
-                self._build(self._iteration)
+                self._iteration = iteration
+                self._build(iteration)
             self._cursor.set_state(state["cursor"])
 
     def _close_chain(self) -> None:

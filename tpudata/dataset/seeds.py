@@ -65,15 +65,10 @@ def random_nodes(ds) -> list:
     return found
 
 
-def drawn_seeds(ds) -> list[int]:
-    """The seeds the unseeded random ops of ``ds`` use in this process."""
-    return [int(node._drawn_seed()) for node in random_nodes(ds)]
-
-
-def restore_seeds(ds, seeds: list) -> bool:
-    """Give the unseeded random ops of ``ds`` the saved ``seeds``; True if any changed. A list of
-    another length (the state belongs to another pipeline) is left to the state check."""
-    nodes = random_nodes(ds)
+def restore_seeds(nodes: list, seeds: list) -> bool:
+    """Give the unseeded random ops ``nodes`` (from :func:`random_nodes`) the saved ``seeds``;
+    True if any changed. A list of another length (the state belongs to another pipeline) is
+    left to the state check."""
     if len(nodes) != len(seeds):
         return False
     changed = False
@@ -84,4 +79,4 @@ def restore_seeds(ds, seeds: list) -> bool:
     return changed
 
 
-__all__ = ["ProcessSeeded", "drawn_seeds", "random_nodes", "restore_seeds"]
+__all__ = ["ProcessSeeded", "random_nodes", "restore_seeds"]
