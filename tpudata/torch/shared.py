@@ -118,27 +118,24 @@ class _Planner:
         return ref
 
     def _column(self, col: BytesColumn):
-        lengths = np.asarray(col.lengths, dtype=np.int64)
-        total = int(lengths.sum())
-        if self.bytes_as == "list" and total < self.threshold:
-            return col.tolist()
-        num_len = 8 * (len(lengths) + 1)
-        ref = _Ref("s" if self.bytes_as == "tensor" else "l", self._take(num_len), num_len,
-                   self._take(total, 1), total, None, (len(lengths),))
-        self.copies.append((ref, (col, lengths)))
-        return ref
+        return self._place(col, np.asarray(col.lengths, dtype=np.int64), (len(col),), col.tolist)
 
     def _strings(self, arr: np.ndarray):
         items = (arr.astype(object) if arr.dtype.kind == "S" else arr).ravel().tolist()
         if not all(type(x) is bytes for x in items):
             return to_torch(arr, self.bytes_as, False)
         lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+        return self._place(items, lengths, tuple(arr.shape), arr.tolist)
+
+    def _place(self, items, lengths: np.ndarray, shape: tuple, as_list):
+        """Byte strings (a list of bytes, or a BytesColumn) and their lengths: a list when small
+        and ``bytes_as="list"``, else their place in the block (offsets, then the bytes)."""
         total = int(lengths.sum())
         if self.bytes_as == "list" and total < self.threshold:
-            return arr.tolist()
-        num_len = 8 * (len(items) + 1)
+            return as_list()
+        num_len = 8 * (len(lengths) + 1)
         ref = _Ref("s" if self.bytes_as == "tensor" else "l", self._take(num_len), num_len,
-                   self._take(total, 1), total, None, tuple(arr.shape))
+                   self._take(total, 1), total, None, shape)
         self.copies.append((ref, (items, lengths)))
         return ref
 

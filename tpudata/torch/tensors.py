@@ -18,6 +18,14 @@ import torch
 from tpudata.dataset.columns import BytesColumn
 
 
+def _uint8(n: int, shared: bool) -> torch.Tensor:
+    """An empty uint8 tensor of ``n`` bytes, in shared memory if asked (share_memory_() would
+    copy)."""
+    if shared:
+        return torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(n))
+    return torch.empty(n, dtype=torch.uint8)
+
+
 class ByteStrings:
     """A batch of byte strings: ``values`` (uint8 tensor) and ``offsets`` (int64, ``n + 1``).
 
@@ -37,11 +45,7 @@ class ByteStrings:
         lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
         offsets = np.zeros(len(items) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        if shared:  # allocated in shared memory (share_memory_() would copy)
-            values = torch.empty(0, dtype=torch.uint8).set_(
-                torch.UntypedStorage._new_shared(int(offsets[-1])))
-        else:
-            values = torch.empty(int(offsets[-1]), dtype=torch.uint8)
+        values = _uint8(int(offsets[-1]), shared)
         view = values.numpy()
         for o, n, item in zip(offsets[:-1].tolist(), lengths.tolist(), items):
             if n:
@@ -55,11 +59,7 @@ class ByteStrings:
         lengths = np.asarray(col.lengths, dtype=np.int64)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        if shared:
-            values = torch.empty(0, dtype=torch.uint8).set_(
-                torch.UntypedStorage._new_shared(int(offsets[-1])))
-        else:
-            values = torch.empty(int(offsets[-1]), dtype=torch.uint8)
+        values = _uint8(int(offsets[-1]), shared)
         copy_column(col, values.numpy(), offsets)
         return cls(values, torch.from_numpy(offsets))
 
