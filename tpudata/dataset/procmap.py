@@ -23,6 +23,7 @@ import time
 import traceback
 from typing import Callable
 
+from tpudata.dataset._procworker import _dumps_exception
 from tpudata.dataset.block import Block, as_column
 from tpudata.dataset.iterator import BlockIterator, Cursor
 from tpudata.dataset.map import MapperIterator
@@ -43,17 +44,6 @@ def _call(fn: Callable, element):
     if isinstance(element, tuple) and not hasattr(element, "_fields"):
         return fn(*element)
     return fn(element)
-
-
-def _dumps_exception(e: BaseException) -> bytes | None:
-    import pickle
-
-    try:
-        data = pickle.dumps(e, protocol=5)
-        pickle.loads(data)
-        return data
-    except Exception:
-        return None
 
 
 class ChunkApply:
