@@ -6,6 +6,7 @@
  *
  *   crc32c(data, value=0)                      standard CRC32C, continuing from `value`
  *   scan(buf, pos, end, verify, offs, lens)    TFRecord framing scan (see framing.py)
+ *   read_files(paths, max_size, max_recs, v)   whole small files read and framed (whole.py)
  *   frame(records)                             TFRecord framing of a sequence of buffers
  *   split(buf, offs, lens)                     list of bytes objects for slices of buf
  *   locate(buf, offs, lens, keys, locs)        Example -> location of each wanted Feature
@@ -184,6 +185,16 @@ static void build_shift_table(uint32_t t[4][256], size_t nbytes) {
         }
 }
 
+/* Release the GIL only for work worth a thread switch: handing the GIL to another thread and
+ * taking it back costs tens of microseconds on a busy VM, more than framing a small buffer. */
+#define TPD_BEGIN_ALLOW_IF(big) {                                       \
+        PyThreadState *_save = (big) ? PyEval_SaveThread() : NULL;
+#define TPD_END_ALLOW_IF                                                \
+        if (_save) PyEval_RestoreThread(_save);                         \
+    }
+#define TPD_RELEASE_BYTES (64 << 10) /* framing/CRC of 64 KiB: ~5-10 us */
+#define TPD_RELEASE_RECORDS 512
+
 /* ------------------------------------------------------------------------------------------ */
 /* Buffer helpers                                                                              */
 
@@ -231,6 +242,43 @@ static PyObject *py_crc32c(PyObject *self, PyObject *args) {
  * complete yet), or a CRC mismatch (err 1: header at err_offset = record start; err 2: data at
  * err_offset = record start + 12). Offsets written are those of the record data. */
 
+/* The scan loop (no GIL needed): frames records from *pos, returns the count; *pos, *err,
+ * *err_off and *need as py_scan documents. */
+static Py_ssize_t scan_core(const uint8_t *p, Py_ssize_t *pos_io, Py_ssize_t end, int verify,
+                            int64_t *offs, int64_t *lens, Py_ssize_t cap, int *err,
+                            Py_ssize_t *err_off, uint64_t *need) {
+    Py_ssize_t pos = *pos_io, count = 0;
+    while (count < cap) {
+        Py_ssize_t avail = end - pos;
+        if (avail < 12) {
+            *need = 12;
+            break;
+        }
+        uint64_t len = ld64(p + pos);
+        if (verify && mask_crc(crc32c_value(p + pos, 8)) != ld32(p + pos + 8)) {
+            *err = 1;
+            *err_off = pos;
+            break;
+        }
+        if ((uint64_t)avail < 16 || len > (uint64_t)(avail - 16)) {
+            *need = len > UINT64_MAX - 16 ? UINT64_MAX : len + 16;
+            break;
+        }
+        const uint8_t *d = p + pos + 12;
+        if (verify && mask_crc(crc32c_value(d, (size_t)len)) != ld32(d + len)) {
+            *err = 2;
+            *err_off = pos + 12;
+            break;
+        }
+        offs[count] = pos + 12;
+        lens[count] = (int64_t)len;
+        count++;
+        pos += 16 + (Py_ssize_t)len;
+    }
+    *pos_io = pos;
+    return count;
+}
+
 static PyObject *py_scan(PyObject *self, PyObject *args) {
     Py_buffer b, ob, lb;
     Py_ssize_t pos, end;
@@ -253,40 +301,14 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "scan: bad positions or output arrays");
         return NULL;
     }
-    const uint8_t *p = (const uint8_t *)b.buf;
-    int64_t *offs = (int64_t *)ob.buf, *lens = (int64_t *)lb.buf;
-    Py_ssize_t cap = ob.len / 8, count = 0;
+    Py_ssize_t count = 0, err_off = -1;
     int err = 0;
-    Py_ssize_t err_off = -1;
     uint64_t need = 0;
-    Py_BEGIN_ALLOW_THREADS while (count < cap) {
-        Py_ssize_t avail = end - pos;
-        if (avail < 12) {
-            need = 12;
-            break;
-        }
-        uint64_t len = ld64(p + pos);
-        if (verify && mask_crc(crc32c_value(p + pos, 8)) != ld32(p + pos + 8)) {
-            err = 1;
-            err_off = pos;
-            break;
-        }
-        if ((uint64_t)avail < 16 || len > (uint64_t)(avail - 16)) {
-            need = len > UINT64_MAX - 16 ? UINT64_MAX : len + 16;
-            break;
-        }
-        const uint8_t *d = p + pos + 12;
-        if (verify && mask_crc(crc32c_value(d, (size_t)len)) != ld32(d + len)) {
-            err = 2;
-            err_off = pos + 12;
-            break;
-        }
-        offs[count] = pos + 12;
-        lens[count] = (int64_t)len;
-        count++;
-        pos += 16 + (Py_ssize_t)len;
-    }
-    Py_END_ALLOW_THREADS PyBuffer_Release(&b);
+    TPD_BEGIN_ALLOW_IF(end - pos >= TPD_RELEASE_BYTES)
+    count = scan_core((const uint8_t *)b.buf, &pos, end, verify, (int64_t *)ob.buf,
+                      (int64_t *)lb.buf, ob.len / 8, &err, &err_off, &need);
+    TPD_END_ALLOW_IF
+    PyBuffer_Release(&b);
     PyBuffer_Release(&ob);
     PyBuffer_Release(&lb);
     return Py_BuildValue("nninK", count, pos, err, err_off, (unsigned long long)need);
@@ -550,7 +572,8 @@ static PyObject *py_locate(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "locate: record outside the buffer");
             goto done;
         }
-    Py_BEGIN_ALLOW_THREADS for (Py_ssize_t i = 0; i < n * ks.n * 2; i += 2) {
+    TPD_BEGIN_ALLOW_IF(n >= TPD_RELEASE_RECORDS)
+    for (Py_ssize_t i = 0; i < n * ks.n * 2; i += 2) {
         locs[i] = -1;
         locs[i + 1] = 0;
     }
@@ -563,7 +586,8 @@ static PyObject *py_locate(PyObject *self, PyObject *args) {
             break;
         }
     }
-    Py_END_ALLOW_THREADS result = Py_BuildValue("nn", bad_rec, bad_pos);
+    TPD_END_ALLOW_IF
+    result = Py_BuildValue("nn", bad_rec, bad_pos);
 done:
     PyMem_Free(ks.ptr);
     PyMem_Free(ks.len);
@@ -731,7 +755,8 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     int err = E_OK, got_kind = 0;
     int64_t got_count = 0, pos = 0;
     Py_ssize_t bad_rec = -1, bad_off = -1;
-    Py_BEGIN_ALLOW_THREADS for (Py_ssize_t r = 0; r < count; r++) {
+    TPD_BEGIN_ALLOW_IF(count >= TPD_RELEASE_RECORDS)
+    for (Py_ssize_t r = 0; r < count; r++) {
         int64_t off = locs[(r * nkeys + fidx) * 2], len = locs[(r * nkeys + fidx) * 2 + 1];
         int k = KIND_NONE;
         const uint8_t *lp = NULL, *le = NULL, *bad = NULL;
@@ -798,8 +823,8 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
             pos += c;
         }
     }
-    Py_END_ALLOW_THREADS result =
-        Py_BuildValue("inLLn", err, bad_rec, (long long)got_kind, (long long)got_count, bad_off);
+    TPD_END_ALLOW_IF
+    result = Py_BuildValue("inLLn", err, bad_rec, (long long)got_kind, (long long)got_count, bad_off);
 done:
     PyBuffer_Release(&b);
     PyBuffer_Release(&locb);
@@ -808,12 +833,150 @@ done:
     return result;
 }
 
+
+/* ------------------------------------------------------------------------------------------ */
+/* read_files(paths, max_size, max_records, verify) -> [None or (buf, nread, count, pos, err,
+ *                                                       err_offset, need, offsets, lengths)]
+ *
+ * Whole small files (tpudata/tfrecord/whole.py), all without the GIL but for allocating their
+ * buffers: opens and fstats every path (bytes); a regular file of 1 to max_size bytes gets a
+ * bytearray of its size, is read from byte 0 (pread, until full or the end) and framed as
+ * scan(buf, 0, nread, ...) does, at most max_records records into two bytearrays of int64
+ * (offsets, lengths); every file is closed. None: the path does not qualify or would not open
+ * (the caller reads it the general way, which reports any error). nread is -errno when a read
+ * failed (nothing framed). */
+
+#ifndef _WIN32
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct {
+    const char *path;
+    int fd;
+    Py_ssize_t size, cap, nread, count, pos, err_off;
+    int err;
+    uint64_t need;
+    PyObject *buf, *offs, *lens;
+} file_job;
+
+static PyObject *py_read_files(PyObject *self, PyObject *args) {
+    PyObject *seq;
+    Py_ssize_t max_size, max_records;
+    int verify;
+    if (!PyArg_ParseTuple(args, "Onnp", &seq, &max_size, &max_records, &verify)) return NULL;
+    PyObject *fast = PySequence_Fast(seq, "read_files: paths must be a sequence");
+    if (!fast) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast), i;
+    file_job *jobs = PyMem_Calloc(n ? n : 1, sizeof(file_job));
+    PyObject *result = NULL;
+    if (!jobs) {
+        Py_DECREF(fast);
+        return PyErr_NoMemory();
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *p = PySequence_Fast_GET_ITEM(fast, i);
+        jobs[i].fd = -1;
+        if (!PyBytes_Check(p)) {
+            PyErr_SetString(PyExc_TypeError, "read_files: paths must be bytes");
+            goto done;
+        }
+        jobs[i].path = PyBytes_AS_STRING(p);
+    }
+    Py_BEGIN_ALLOW_THREADS for (i = 0; i < n; i++) {
+        file_job *j = &jobs[i];
+        int fd = open(j->path, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0) continue;
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+            st.st_size > max_size) {
+            close(fd);
+            continue;
+        }
+        j->fd = fd;
+        j->size = (Py_ssize_t)st.st_size;
+    }
+    Py_END_ALLOW_THREADS for (i = 0; i < n; i++) {
+        file_job *j = &jobs[i];
+        if (j->fd < 0) continue;
+        j->cap = j->size / 16 + 1 < max_records ? j->size / 16 + 1 : max_records;
+        if (j->cap < 1) j->cap = 1;
+        j->buf = PyByteArray_FromStringAndSize(NULL, j->size);
+        j->offs = PyByteArray_FromStringAndSize(NULL, j->cap * 8);
+        j->lens = PyByteArray_FromStringAndSize(NULL, j->cap * 8);
+        if (!j->buf || !j->offs || !j->lens) goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS for (i = 0; i < n; i++) {
+        file_job *j = &jobs[i];
+        if (j->fd < 0) continue;
+        uint8_t *p = (uint8_t *)PyByteArray_AS_STRING(j->buf);
+        Py_ssize_t filled = 0;
+        while (filled < j->size) {
+            ssize_t r = pread(j->fd, p + filled, (size_t)(j->size - filled), (off_t)filled);
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) {
+                filled = -errno;
+                break;
+            }
+            if (r == 0) break;
+            filled += r;
+        }
+        close(j->fd);
+        j->fd = -1;
+        j->nread = filled;
+        j->err_off = -1;
+        if (filled > 0) {
+            Py_ssize_t pos = 0;
+            j->count = scan_core(p, &pos, filled, verify,
+                                 (int64_t *)PyByteArray_AS_STRING(j->offs),
+                                 (int64_t *)PyByteArray_AS_STRING(j->lens), j->cap, &j->err,
+                                 &j->err_off, &j->need);
+            j->pos = pos;
+        } else if (filled == 0) {
+            j->need = 12;
+        }
+    }
+    Py_END_ALLOW_THREADS result = PyList_New(n);
+    for (i = 0; result && i < n; i++) {
+        file_job *j = &jobs[i];
+        PyObject *v;
+        if (!j->buf) {
+            Py_INCREF(Py_None);
+            v = Py_None;
+        } else {
+            v = Py_BuildValue("OnnninKOO", j->buf, j->nread, j->count, j->pos, j->err,
+                              j->err_off, (unsigned long long)j->need, j->offs, j->lens);
+            if (!v) {
+                Py_CLEAR(result);
+                break;
+            }
+        }
+        PyList_SET_ITEM(result, i, v);
+    }
+done:
+    for (i = 0; i < n; i++) {
+        if (jobs[i].fd >= 0) close(jobs[i].fd);
+        Py_XDECREF(jobs[i].buf);
+        Py_XDECREF(jobs[i].offs);
+        Py_XDECREF(jobs[i].lens);
+    }
+    PyMem_Free(jobs);
+    Py_DECREF(fast);
+    return result;
+}
+#endif
 /* ------------------------------------------------------------------------------------------ */
 
 static PyMethodDef methods[] = {
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, value=0) -> int"},
     {"scan", py_scan, METH_VARARGS,
      "scan(buf, pos, end, verify, offsets, lengths) -> (count, pos, err, err_offset, need)"},
+#ifndef _WIN32
+    {"read_files", py_read_files, METH_VARARGS,
+     "read_files(paths, max_size, max_records, verify) -> [None or (buf, nread, count, pos, err, "
+     "err_offset, need, offsets, lengths)]"},
+#endif
     {"frame", py_frame, METH_O, "frame(records) -> bytes of TFRecord framing"},
     {"find_frame", py_find_frame, METH_VARARGS, "find_frame(buf, pos, end) -> offset or -1"},
     {"split", py_split, METH_VARARGS, "split(buf, offsets, lengths) -> list of bytes"},

@@ -221,3 +221,123 @@ def test_errors_among_many_files_name_the_file(tmp_path):
         lambda f: TFRecordDataset(f), cycle_length=4, num_parallel_calls=4).parse(SPEC)
     with pytest.raises(tpudata.SpecError, match=rf"{bad}: record 0 of the file.*'tag' is required"):
         list(ds)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _open_fds() -> int:
+    import os
+
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_small_local_files_are_read_whole_in_groups(tmp_path, monkeypatch):
+    # 96 small files: read whole, many per pool task (one native call each), in TF's order,
+    # deterministic or not; the parallel order matches the sequential one
+    from tpudata.dataset import reader_pool
+
+    paths, ids = _tiny_shards(tmp_path, [3] * 96)
+    calls = []
+    real = reader_pool.read_whole
+    monkeypatch.setattr(reader_pool, "read_whole", lambda jobs: (calls.append(len(jobs)),
+                                                                 real(jobs)))
+    expected = tf_interleave_reference(range(96), lambda i: ids[i], 4, 1)
+    for parallel in (1, 2, 4):
+        calls.clear()
+        ds = Dataset.from_tensor_slices(paths).interleave(
+            lambda f: TFRecordDataset(f), cycle_length=4, num_parallel_calls=parallel).parse(SPEC)
+        assert [int(e["id"]) for e in ds] == expected
+        assert sum(calls) == 96 and len(calls) <= 96 // 4, calls
+    ds = Dataset.from_tensor_slices(paths).interleave(
+        lambda f: TFRecordDataset(f), cycle_length=4, num_parallel_calls=2,
+        deterministic=False).parse(SPEC)
+    assert sorted(int(e["id"]) for e in ds) == sorted(expected)
+    # files that do not qualify (here: over the read buffer) are read as before: the first
+    # file's size tells
+    calls.clear()
+    ds = Dataset.from_tensor_slices(paths).interleave(
+        lambda f: TFRecordDataset(f, buffer_size=64), cycle_length=4, num_parallel_calls=2)
+    assert tpudata.parse_examples(list(ds), SPEC)["id"].tolist() == expected and not calls
+    # small files, then large ones (over a 4 KiB read buffer): the runs read whole decline the
+    # large ones, which are read in blocks; once a run is mostly declined no more are tried
+    big = []
+    for i in range(100):
+        big.append(str(tmp_path / f"big-{i}"))
+        tpudata.write_records(big[-1], [tpudata.encode_example(
+            {"id": 1000 + i, "x": np.zeros(3, np.float32), "tag": b"big" * 2000})])
+    calls.clear()
+    ds = Dataset.from_tensor_slices(paths[:40] + big).interleave(
+        lambda f: TFRecordDataset(f, buffer_size=4096), cycle_length=4,
+        num_parallel_calls=2).parse(SPEC)
+    order = tf_interleave_reference(range(140), lambda i: ids[i] if i < 40 else [960 + i], 4, 1)
+    assert [int(e["id"]) for e in ds] == order
+    assert 40 <= sum(calls) <= 100, str(calls)
+    for kw in ({"compression_type": "GZIP"}, {"use_mmap": True}):  # never tried
+        calls.clear()
+        ds = Dataset.from_tensor_slices(paths[:8]).interleave(
+            lambda f, kw=kw: TFRecordDataset(f, **kw), cycle_length=4, num_parallel_calls=2)
+        with pytest.raises(tpudata.errors.DataLossError) if kw.get("compression_type") else \
+                _nothing():
+            list(ds)
+        assert not calls
+
+
+def test_files_opened_ahead_are_closed_with_the_iterator(tmp_path):
+    paths, _ = _tiny_shards(tmp_path, [3] * 80)
+    before = _open_fds()
+    for stop_after in (0, 1, 7, 100):
+        ds = Dataset.from_tensor_slices(paths).interleave(
+            lambda f: TFRecordDataset(f), cycle_length=4, num_parallel_calls=2)
+        with ds.iterator() as it:
+            for _, _ in zip(range(stop_after), it):
+                pass
+        deadline = time.time() + 5
+        while _open_fds() != before and time.time() < deadline:
+            time.sleep(0.01)
+        assert _open_fds() == before, stop_after
+        # restored mid-way: the files opened ahead before the restore are closed too
+        with ds.iterator() as it:
+            for _, _ in zip(range(5), it):
+                pass
+            state = it.get_state()
+        with ds.iterator() as it:
+            it.set_state(state)
+            next(it)
+        assert _open_fds() == before
+
+
+def test_whole_file_reads_held_sent_and_declined(tmp_path):
+    from tpudata.dataset.reader_pool import PooledReader, ReaderPool, WholeFileReader
+
+    paths, _ = _tiny_shards(tmp_path, [3] * 4)
+    big = str(tmp_path / "big.tfrecord")
+    tpudata.write_records(big, [bytes(300_000)] * 5)  # over MAX_WHOLE_BYTES
+    ctx = IterContext()
+    pool = ReaderPool(2, ctx)
+    try:
+        readers = []
+        for p in paths + [big]:
+            it = TFRecordDataset(p)._make_iterator(ctx.child(0, in_background=True))
+            readers.append(WholeFileReader(it, it.prepare_whole(), pool))
+        assert len(pool.unsent) == 5 and not pool.tasks
+        readers[0].close()  # closed before its read was sent: dropped
+        assert len(pool.unsent) == 4
+        assert readers[1].next().n == 3  # the read it needs is sent, with the others held
+        assert readers[2].ready() and readers[3].ready() and not pool.unsent
+        assert sum(b.n for b in iter(readers[2].next, None)) == 3
+        # the large file is declined and read in blocks by a PooledReader instead
+        with pool.cond:
+            pool.cond.wait_for(lambda: readers[4].job is None or readers[4].job.done, 5)
+        first = readers[4].next().n
+        assert isinstance(readers[4].inner, PooledReader)
+        assert first + sum(b.n for b in iter(readers[4].next, None)) == 5
+        for r in readers:
+            r.close()
+    finally:
+        pool.close()

@@ -29,7 +29,7 @@ import numpy as np
 from tpudata.dataset.base import BlockIterator, Cursor, Dataset, from_jsonable, jsonable
 from tpudata.dataset.block import Block
 from tpudata.dataset.iterator import wait_for
-from tpudata.dataset.reader_pool import PooledReader, ReaderPool
+from tpudata.dataset.reader_pool import PooledReader, ReaderPool, WholeFileReader
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +39,9 @@ MAX_ROUND_ELEMENTS = 65536
 # this many bytes (estimated from the first piece's elements): a bound on what gathering holds
 # beyond the readers' own buffers
 GATHER_BYTES = 8 << 20
+# while sub-datasets are small files read whole, open this many ahead (topped up in runs of
+# half): a few pool tasks read them all (tpudata.tfrecord.whole: at most 1 MiB each)
+WHOLE_AHEAD_FILES = 32
 
 
 class InterleaveDataset(Dataset):
@@ -223,6 +226,8 @@ class _InterleaveIterator(BlockIterator):
         # and the state after each block is exact on its own
         self.exact_want = ds.parallel and not self.deterministic
         self._last = None  # (cycle_index, block_index, [(cursor, n)]) of the last piece
+        self.last_whole = False  # the last dataset opened is read whole (WholeFileReader)
+        self.whole_probed = False  # the first file's size was checked
 
     # -- slots -----------------------------------------------------------------------------------
     def _open(self, index: int, element) -> _Slot:
@@ -236,7 +241,17 @@ class _InterleaveIterator(BlockIterator):
         if not isinstance(sub, Dataset):
             raise TypeError(f"interleave's function must return a Dataset, not {type(sub).__name__}")
         it = sub._make_iterator(self.ctx.child(index, in_background=self.ds.parallel or None))
-        if self.ds.parallel:  # two blocks (read buffers) ahead per open sub-dataset
+        if self.ds.parallel:
+            prepare = getattr(it, "prepare_whole", None)  # one local TFRecord file
+            job = prepare() if prepare is not None and not self.pool.whole_off else None
+            if job is not None and not self.whole_probed:  # the first file tells the rest's size
+                self.whole_probed = True
+                if not job.fits():  # (shards of a dataset are alike: large ones read in blocks)
+                    self.pool.whole_off, job = True, None
+            self.last_whole = job is not None
+            if job is not None:  # read whole, with the next files, by one pool task
+                return _Slot(index, element, WholeFileReader(it, job, self.pool))
+            # else two blocks (read buffers) ahead per open sub-dataset
             it = PooledReader(it, self.pool, max_blocks=2, max_bytes=64 << 20)
         return _Slot(index, element, it)
 
@@ -254,19 +269,34 @@ class _InterleaveIterator(BlockIterator):
         self.opened += 1
         return slot
 
+    def _ahead_limit(self) -> int:
+        """How many input elements' datasets to open ahead: ``cycle_length``; while they are
+        small files read whole (and the first run of them was), ``WHOLE_AHEAD_FILES`` (of at
+        most ``MAX_WHOLE_BYTES`` each)."""
+        C = self.ds.cycle_length
+        pool = self.pool
+        return max(C, WHOLE_AHEAD_FILES) if self.last_whole and pool.whole_ok and not \
+            pool.whole_off else C
+
     def _open_ahead(self) -> None:
         """Open the next input elements' datasets (files open in the pool meanwhile)."""
-        while len(self.ahead) < self.ds.cycle_length and not self.end_of_input:
+        limit = self._ahead_limit()
+        if len(self.ahead) >= limit or (limit > self.ds.cycle_length and len(self.ahead) > limit // 2):
+            return  # (whole small files: topped up in runs, read by few pool tasks)
+        while len(self.ahead) < limit and not self.end_of_input:
             before = self.input.get_state()
             block = self.input.next_block(1)
             if block is None:
                 self.end_of_input = True
-                return
+                break
             slot = self._open(self.opened, next(block.elements()))
             self.opened += 1
             slot.it.max_blocks = 1  # one read buffer until it is in the cycle
-            slot.it.start()
+            if not isinstance(slot.it, WholeFileReader):
+                slot.it.start()
             self.ahead.append((slot, before))
+        if not self.ds.use_processes:
+            self.pool.send_whole()
 
     def _close_slot(self, k: int) -> None:
         slot = self.slots[k]
@@ -285,7 +315,7 @@ class _InterleaveIterator(BlockIterator):
         them (from the current cycle position on), so the output order does not change.
         """
         if None not in self.slots:
-            if len(self.ahead) < self.ds.cycle_length and not self.end_of_input:
+            if not self.end_of_input:
                 self._open_ahead()
             return
         C = self.ds.cycle_length

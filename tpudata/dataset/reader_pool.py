@@ -22,6 +22,7 @@ import logging
 import threading
 
 from tpudata.dataset.iterator import DEFAULT_WANT, BlockIterator, IterContext, wait_for
+from tpudata.tfrecord.whole import read_whole
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +30,8 @@ _END = object()
 # a reader holding less than this reads one more block beyond ``max_blocks`` in the same task,
 # so a small file's end (or its next small block) needs no second hand-off
 READ_THROUGH_BYTES = 1 << 20
+# whole small files are read in runs of at least this many per pool task (one native call each)
+MIN_WHOLE_GROUP = 4
 _pool_ids = itertools.count()
 
 
@@ -45,6 +48,10 @@ class ReaderPool:
         self.workers: list[threading.Thread] = []
         self.idle = 0
         self.stopped = False
+        self.unsent: list = []  # WholeFileReaders made, their reads not queued yet
+        # whole-file reads: whole_ok once a run was mostly read, whole_off once mostly declined
+        self.whole_ok = self.whole_off = False
+        self.declined: list = []  # WholeFileReaders whose file was declined, not yet started
 
     def _submit(self, reader: "PooledReader") -> None:
         """Queue a read (caller holds ``cond``)."""
@@ -74,9 +81,39 @@ class ReaderPool:
     def _stopping(self) -> bool:
         return self.stopped or self.ctx.stop.is_set()
 
+    # -- whole small files (tpudata.tfrecord.whole) ----------------------------------------------
+    def add_whole(self, reader: "WholeFileReader") -> None:
+        """Hold a whole-file read until :meth:`send_whole` queues the held ones together."""
+        self.unsent.append(reader)
+
+    def send_whole(self) -> None:
+        """Queue the held whole-file reads: split among the workers in runs of consecutive
+        files (at least ``MIN_WHOLE_GROUP`` each), each run one GIL-free native call."""
+        if not self.unsent:
+            return
+        readers, self.unsent = self.unsent, []
+        groups = max(1, min(self.size, len(readers) // MIN_WHOLE_GROUP))
+        per = -(-len(readers) // groups)
+        with self.cond:
+            for i in range(0, len(readers), per):
+                task = _WholeReadTask(readers[i : i + per])
+                for r in task.readers:
+                    r.task = task
+                self._submit(task)
+
+    def start_declined(self) -> None:
+        """Start reading the declined files in blocks, all of them now (not each only when
+        the consumer first asks it for a block: files opened together read together)."""
+        with self.cond:
+            readers, self.declined = self.declined, []
+        for r in readers:
+            r._fallback(sweep=False)
+
     def close(self) -> None:
         with self.cond:
             self.stopped = True
+            self.unsent = []
+            self.declined = []
             self.tasks.clear()
             self.cond.notify_all()
             self.work.notify_all()
@@ -219,4 +256,148 @@ class PooledReader(BlockIterator):
             self.it.close()
 
 
-__all__ = ["PooledReader", "ReaderPool"]
+class _WholeReadTask:
+    """A pool task: read the whole files of several :class:`WholeFileReader` in one call."""
+
+    def __init__(self, readers: list):
+        self.readers = readers
+        self.jobs = [r.job for r in readers]
+        self.started = False
+        self.pool = readers[0].pool
+
+    def _step(self) -> None:
+        cond = self.pool.cond
+        with cond:
+            self.started = True
+            jobs = [job for r, job in zip(self.readers, self.jobs) if not r.cancelled]
+        try:
+            read_whole(jobs)
+        except BaseException:  # e.g. MemoryError: each reader reads its file the general way
+            logger.warning("whole-file read of %d files failed; reading them one by one",
+                           len(jobs), exc_info=True)
+            for job in jobs:
+                job.declined = True
+        with cond:
+            declined = 0
+            for r, job in zip(self.readers, self.jobs):
+                job.done = True
+                if job.declined and not r.cancelled:
+                    declined += 1
+                    self.pool.declined.append(r)  # the consumer starts their PooledReaders
+            if declined * 2 > len(jobs):  # mostly larger files: read the next ones in blocks
+                self.pool.whole_off = True
+            elif jobs:
+                self.pool.whole_ok = True
+            self.readers = self.jobs = []  # no cycle through the readers keeps the buffers
+            cond.notify_all()
+
+
+class WholeFileReader(BlockIterator):
+    """A sub-iterator of one small local TFRecord file that a pool task reads whole, with other
+    files, in one call (:mod:`tpudata.tfrecord.whole`); its blocks come framed already, so
+    :meth:`next` only wraps them (no thread hand-off per file). A file that turns out not to
+    qualify (larger, not a regular file) is read by a :class:`PooledReader` instead."""
+
+    def __init__(self, it: BlockIterator, job, pool: ReaderPool):
+        self.it = it
+        self.job = job
+        self.pool = pool
+        self.task = None  # the _WholeReadTask, once queued
+        self.cancelled = False
+        self.inner: PooledReader | None = None  # the fallback for a declined file
+        self._max_blocks = 1
+        pool.add_whole(self)
+
+    @property
+    def max_blocks(self) -> int:
+        return self._max_blocks
+
+    @max_blocks.setter
+    def max_blocks(self, n: int) -> None:  # (set by the interleave, as a PooledReader's)
+        self._max_blocks = n
+        if self.inner is not None:
+            self.inner.max_blocks = n
+
+    @property
+    def exact_want(self):
+        return self.it.exact_want
+
+    def _fallback(self, sweep: bool = True) -> PooledReader | None:
+        """The PooledReader of a declined file (made and started the first time), else None;
+        ``sweep``: start those of the other declined files too."""
+        job = self.job
+        if self.inner is None and job is not None and job.done and job.declined:
+            self.job = self.task = None
+            self.inner = PooledReader(self.it, self.pool, max_blocks=self._max_blocks,
+                                      max_bytes=64 << 20)
+            self.inner.start()
+            if sweep:
+                self.pool.start_declined()
+        return self.inner
+
+    @property
+    def producer_done(self) -> bool:
+        inner = self._fallback()
+        if inner is not None:
+            return inner.producer_done
+        return self.job is None or self.job.done
+
+    def start(self) -> None:
+        inner = self._fallback()
+        if inner is not None:
+            inner.start()
+        elif self.task is None and not self.cancelled and self.job is not None:
+            self.pool.send_whole()
+
+    def ready(self) -> bool:
+        inner = self._fallback()
+        if inner is not None:
+            return inner.ready()
+        return self.job is None or self.job.done
+
+    def next(self):
+        job = self.job
+        if job is not None:
+            if not job.done:
+                self.start()
+                with self.pool.cond:
+                    wait_for(self.pool.cond, lambda: job.done, self.pool.ctx)
+            if self._fallback() is None:
+                self.job = self.task = None  # (the files iterator holds the result)
+        if self.inner is not None:
+            return self.inner.next()
+        return self.it.next()
+
+    def get_state(self):
+        return self.inner.get_state() if self.inner is not None else self.it.get_state()
+
+    def set_state(self, state):
+        self._cancel()
+        if self.inner is not None:
+            self.inner.set_state(state)
+        else:
+            self.it.set_state(state)
+
+    def _cancel(self) -> None:
+        """Drop a whole-file read that was not taken (nothing stays open: it reads files in
+        one call); a read under way is waited for, so no worker touches the iterator after."""
+        with self.pool.cond:
+            job, self.job = self.job, None
+            if job is None:
+                return
+            self.cancelled = True
+            if self.task is None:
+                if self in self.pool.unsent:
+                    self.pool.unsent.remove(self)
+            elif self.task.started:
+                wait_for(self.pool.cond, lambda: job.done, None)
+
+    def close(self):
+        self._cancel()
+        if self.inner is not None:
+            self.inner.close()
+        else:
+            self.it.close()
+
+
+__all__ = ["PooledReader", "ReaderPool", "WholeFileReader"]

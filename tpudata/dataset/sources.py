@@ -18,8 +18,9 @@ from tpudata.dataset.block import Block, RecordColumn
 from tpudata.dataset.nest import LEAF, flatten
 from tpudata.errors import DataLossError
 from tpudata.tfrecord.batch import RecordBatch
-from tpudata.tfrecord.compression import open_stream
+from tpudata.tfrecord.compression import normalize_compression, open_stream
 from tpudata.tfrecord.reader import DEFAULT_BUFFER_SIZE, TFRecordFileReader
+from tpudata.tfrecord.whole import whole_file
 
 logger = logging.getLogger(__name__)
 
@@ -181,17 +182,33 @@ def _names(filenames) -> list[str]:
 class _FilesIterator(BlockIterator):
     """Reads files one after the other; state is (file index, byte offset of the next element)."""
 
-    def __init__(self, files: list[str], open_file):
+    def __init__(self, files: list[str], open_file, whole_job=None):
         self.files = files
         self.open_file = open_file
+        self.whole_job = whole_job  # (TFRecord files) path -> WholeFile or None
+        self.whole = None  # the first file, opened for a whole-file read by a pool
         self.file = 0
         self.offset = 0
         self.gen = None
 
+    def prepare_whole(self):
+        """A whole-file read (:mod:`tpudata.tfrecord.whole`) of the only file, if nothing was
+        read yet and it is local: the caller has it read (``read_whole``) before the first
+        :meth:`next` (or drops it). None when that cannot be."""
+        if (self.whole_job is None or self.whole is not None or self.gen is not None
+                or self.file or self.offset or len(self.files) != 1):
+            return None
+        self.whole = self.whole_job(self.files[0])
+        return self.whole
+
     def next(self):
         while self.file < len(self.files):
             if self.gen is None:
-                self.gen = self.open_file(self.files[self.file], self.offset)
+                whole, self.whole = self.whole, None
+                if whole is not None and whole.done and self.file == 0 and self.offset == 0:
+                    self.gen = self.open_file(self.files[0], 0, whole)
+                else:
+                    self.gen = self.open_file(self.files[self.file], self.offset)
             item = next(self.gen, None)
             if item is None:
                 self.gen = None
@@ -210,6 +227,7 @@ class _FilesIterator(BlockIterator):
         self.file, self.offset = int(state["file"]), int(state["offset"])
 
     def close(self):
+        self.whole = None  # (its owner discards it if it was never read)
         if self.gen is not None:
             self.gen.close()
             self.gen = None
@@ -253,8 +271,8 @@ class _TFRecordFiles(_RecordFilesDataset):
 
     def _make_iterator(self, ctx):
         origins, skip = ctx.origins, ctx.ignore_errors
-        it = _FilesIterator(self.files, lambda path, offset: self._open(path, offset, origins,
-                                                                        skip))
+        it = _FilesIterator(self.files, lambda path, offset, whole=None: self._open(
+            path, offset, origins, skip, whole), self._whole_job)
         if self.read_ahead_bytes > 0 and not ctx.in_background and not self._fits_one_read():
             from tpudata.dataset.prefetch import PrefetchIterator  # a few read buffers ahead
 
@@ -278,9 +296,18 @@ class _TFRecordFiles(_RecordFilesDataset):
                 return False
         return True
 
-    def _open(self, path, offset, origins: bool = False, skip_errors: bool = False):
+    def _whole_job(self, path: str):
+        """``path`` opened for a whole-file read, when it qualifies (see ``prepare_whole``)."""
+        o = self.options
+        if o["use_mmap"] or normalize_compression(o["compression"]) not in (None, ""):
+            return None
+        return whole_file(path, o["buffer_size"] or DEFAULT_BUFFER_SIZE, o["verify"])
+
+    def _open(self, path, offset, origins: bool = False, skip_errors: bool = False, whole=None):
         options = dict(self.options, on_error="skip") if skip_errors else self.options
         reader = TFRecordFileReader(path, start_offset=offset, **options)
+        if whole is not None:
+            reader.use_whole(whole)
         try:
             for batch in reader:
                 yield Block.of_records(batch, origins and reader.compression == ""), batch.end_offset

@@ -235,6 +235,7 @@ class TFRecordFileReader:
         self.use_mmap = use_mmap
         self.storage_options = dict(storage_options or {})
         self._src = None
+        self._whole = None  # a WholeFile already read and framed (use_whole)
         self.records_read = 0
 
     # -- opening ---------------------------------------------------------------------------------
@@ -305,12 +306,42 @@ class TFRecordFileReader:
                 return None
         return path
 
+    def use_whole(self, job) -> None:
+        """Take the bytes and framing of a :class:`~tpudata.tfrecord.whole.WholeFile` read
+        already (the whole file from byte 0) instead of reading the file again (a declined
+        one, or one whose read failed, is read the general way)."""
+        if self._src is not None or self.offset or self.use_mmap or self.compression not in (None, ""):
+            raise ValueError("use_whole() needs a reader that has not read yet, from byte 0, "
+                             "of a file not declared compressed, without use_mmap")
+        self._whole = job
+
+    def _whole_bytes(self):
+        """``(buf, nread, first scan)`` of a :meth:`use_whole` file that holds uncompressed
+        records, or None (compressed after all, or its read failed: read it the general way)."""
+        job, self._whole = self._whole, None
+        if job is None or job.declined or job.nread <= 0:
+            return None
+        if self.compression is None:
+            compression = detect_compression(bytes(job.buf[: min(job.nread, framing.HEADER_SIZE)]))
+            if compression:
+                return None
+            self.compression = ""
+        first = framing.ScanResult(job.count, job.pos, job.err, job.err_offset, job.need,
+                                   job.offsets[: job.count], job.lengths[: job.count])
+        self._known_size = job.size
+        buf, job.buf = job.buf, None  # the batches hold it now, and no longer than they live
+        return buf, job.nread, first
+
     def batches(self) -> Iterator[RecordBatch]:
         """Yield the file's records as batches; raises (or skips) at the first bad record."""
         path = self._mmap_path() if self._src is None else None
         try:
             if path is not None:
                 yield from self._mmap_batches(path)
+                return
+            whole = self._whole_bytes() if self._whole is not None else None
+            if whole is not None:
+                yield from self._batches(None, *whole)
                 return
             src = self._src or self._open()
             yield from self._batches(src)
@@ -321,15 +352,19 @@ class TFRecordFileReader:
         finally:
             self.close()
 
-    def _batches(self, src) -> Iterator[RecordBatch]:
+    def _batches(self, src, buf: np.ndarray | None = None, filled: int = 0,
+                 first: framing.ScanResult | None = None) -> Iterator[RecordBatch]:
+        """Frame ``src``'s bytes; or, with ``buf``, a whole file read already (``filled``
+        bytes from byte 0, framed as far as ``first`` says)."""
         bufsize = self.buffer_size
-        known_size = src.size if not self.compression else None
-        if known_size is not None:  # a small file gets a buffer of its size, not buffer_size
-            bufsize = max(1, min(bufsize, known_size - self.offset))
-        buf = np.empty(bufsize, dtype=np.uint8)
-        filled = 0
+        if buf is not None:
+            known_size, eof = self._known_size, True
+        else:
+            known_size, eof = (src.size if not self.compression else None), False
+            if known_size is not None:  # a small file gets a buffer of its size, not buffer_size
+                bufsize = max(1, min(bufsize, known_size - self.offset))
+            buf = np.empty(bufsize, dtype=np.uint8)
         base = self.offset
-        eof = False
         source_error: DataLossError | None = None
         while True:
             mv = memoryview(buf)
@@ -342,7 +377,19 @@ class TFRecordFileReader:
                     filled += n
                 else:
                     eof = True
-            pos, need, bad = yield from self._scan_window(buf, 0, filled, base)
+            if first is not None:  # framed by the whole-file read: deliver, then go on from there
+                if first.count:
+                    self.offset = base + first.pos
+                    self.records_read += first.count
+                    yield RecordBatch(buf, first.offsets, first.lengths, self.url, base)
+                if first.err != framing.OK:
+                    return self._fail(CorruptRecordError, "corrupted", base + first.err_offset)
+                pos, need, bad = first.pos, first.need, None
+                if not need and pos < filled:  # it stopped at its capacity: frame the rest
+                    pos, need, bad = yield from self._scan_window(buf, pos, filled, base)
+                first = None
+            else:
+                pos, need, bad = yield from self._scan_window(buf, 0, filled, base)
             if bad is not None:
                 return self._fail(CorruptRecordError, "corrupted", bad)
             if source_error is not None:  # TensorFlow's offset: the first record not delivered
