@@ -134,3 +134,15 @@ def plain_file(path):
     from tpudata.dataset import TFRecordDataset
 
     return TFRecordDataset(path.decode() if isinstance(path, bytes) else str(path))
+
+
+def same(x):
+    """The element itself (a dict): what the worker received, sent back."""
+    return x
+
+
+def fail_at_150(x):
+    """Quick, so that element 150 is mapped inside a chunk of many elements."""
+    if int(x) == 150:
+        raise ValueError(f"bad element {int(x)}")
+    return np.int64(int(x) * 2)
