@@ -146,3 +146,9 @@ def fail_at_150(x):
     if int(x) == 150:
         raise ValueError(f"bad element {int(x)}")
     return np.int64(int(x) * 2)
+
+
+def wide(x):
+    """2 KB of float32 per element: a chunk's outputs go through shared memory as Rows."""
+    n = int(x)
+    return {"v": np.full((4, 128), n, np.float32) + np.arange(128, dtype=np.float32), "x": np.int64(n)}

@@ -260,3 +260,14 @@ def test_process_map_error_inside_a_large_chunk_keeps_the_order():
                 got.append(int(x))
     assert got == [2 * i for i in range(150)]
     assert isinstance(e.value.__cause__, ValueError) and e.value.position == 150
+
+
+def test_process_map_large_outputs_come_back_stacked_and_exact():
+    from tests.dataset.procpool_fns import wide
+
+    ds = Dataset.range(150).map(wide, num_parallel_calls=2, use_processes=True)
+    assert outputs(ds) == outputs(Dataset.range(150).map(wide))
+    with ds.iterator() as it:
+        for e in it:
+            assert e["v"].dtype == np.float32 and e["v"].shape == (4, 128)
+            e["v"][0, 0] = -1  # outputs are ordinary writable arrays

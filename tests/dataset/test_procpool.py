@@ -136,6 +136,53 @@ def test_shared_memory_slots_are_reused_grown_and_freed():
     assert not our_segments("slots_")
 
 
+def test_rows_travel_as_one_stacked_array_inline_in_slots_and_in_one_off_segments():
+    sender, receiver = _shm.Sender(f"tpd{os.getpid()}rows_"), _shm.Receiver()
+    rng = np.random.default_rng(0)
+    for n, shape, dtype in ((3, (700,), np.float64), (4, (2, 3, 300), np.int16),
+                            (5, (100_000,), np.uint8), (2, (9, 1000), np.complex64)):
+        rows = [rng.integers(0, 100, shape).astype(dtype) for _ in range(n)]
+        rows[1] = np.asfortranarray(rows[1]) if len(shape) > 1 else rows[1][::-1]  # not C order
+        packed = _shm.Rows.fit(rows)
+        assert packed is not None and packed.shape == (n, *shape)
+        # Rows beside pickle's own out-of-band buffers and small values, nested
+        big = np.arange(10_000, dtype=np.int32)
+        message = {"cols": [packed, big, _shm.Rows(rows[:2])], "n": n, "text": "t"}
+        payloads = []
+        for _ in range(3):  # (large ones) two slots, then a one-off segment
+            payloads.append(sender.encode(message))
+        kinds = {p[0] for p, _ in payloads}
+        assert kinds == ({"i"} if packed.nbytes * 1.5 + big.nbytes < _shm.INLINE_LIMIT
+                         else {"r", "s"}), kinds
+        for payload, slot in payloads:
+            back = receiver.decode(payload)
+            sender.release(slot)
+            stacked, other, two = back["cols"]
+            assert stacked.dtype == dtype and stacked.shape == (n, *shape)
+            assert np.array_equal(stacked, np.stack(rows)) and np.array_equal(two, np.stack(rows[:2]))
+            assert np.array_equal(other, big) and (back["n"], back["text"]) == (n, "t")
+            assert stacked.flags.writeable and stacked.flags.c_contiguous
+    # inline (a small message): the rows are copied into the message's buffer
+    rows = [np.arange(i, i + 600, dtype=np.int64)[::2] for i in range(4)]
+    payload, slot = sender.encode(("x", _shm.Rows(rows)))
+    assert payload[0] == "i" and slot is None
+    back = receiver.decode(payload)[1]
+    assert back.dtype == np.int64 and np.array_equal(back, np.stack(rows))
+    # pickled without a Sender, Rows is the stacked array
+    rows = [np.full(3, i, np.float32) for i in range(2)]
+    assert np.array_equal(pickle.loads(pickle.dumps(_shm.Rows(rows))), np.stack(rows))
+    # what does not fit: scalars, object arrays, shapes or dtypes that differ, few bytes
+    assert _shm.Rows.fit([np.float32(1)] * 5000) is None
+    assert _shm.Rows.fit([np.empty(5000, object)] * 2) is None
+    assert _shm.Rows.fit([np.zeros(5000), np.zeros(5001)]) is None
+    assert _shm.Rows.fit([np.zeros(5000), np.zeros(5000, np.float32)]) is None
+    assert _shm.Rows.fit([np.zeros(5000), [0.0] * 5000]) is None
+    assert _shm.Rows.fit([np.zeros(8)] * 2) is None
+    receiver.close()
+    sender.close()
+    assert not our_segments("rows_")
+
+
 def test_quick_elements_travel_in_chunks_within_max_in_flight():
     tasks = [("square", i) for i in range(3000)] + [("raise", 3000)] + [("square", 1)] * 50
     source = Pulls(tasks)

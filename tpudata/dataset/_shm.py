@@ -12,6 +12,10 @@ segment), unlinks one-off segments and keeps slots mapped. The receiver's side t
 a slot is free again (:meth:`Sender.release`). Pipe messages therefore stay small, whatever the
 elements weigh.
 
+:class:`Rows` (same-shape arrays, e.g. the outputs of a chunk of elements) travel as one stacked
+array: the sender writes each row straight into the payload, so the rows are copied once instead
+of being stacked first and then copied.
+
 Segment names start with the sender's prefix, so the owner can sweep away segments that a killed
 process left behind (:func:`sweep`).
 
@@ -32,6 +36,7 @@ process left behind (:func:`sweep`).
 
 from __future__ import annotations
 
+import io
 import itertools
 import os
 import pickle
@@ -39,18 +44,80 @@ from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
+import numpy as np
+
 INLINE_LIMIT = 16 * 1024  # bytes of pickle + buffers from which a payload goes through shared memory
 _OUT_OF_BAND_MIN = 4096  # numpy buffers from this size travel beside the pickle, not inside
 _ALIGN = 64
 _SLOT_GRANULE = 64 * 1024
 _SHM_DIR = "/dev/shm"
 
-# ("i", pickle_bytes, [bytearray, ...])                  inline
-# ("s", name, pickle_len, [(offset, size), ...])          one-off segment: the receiver unlinks it
-# ("r", slot, name, pickle_len, [(offset, size), ...])    the sender's slot: released, not unlinked
+# ("i", pickle_bytes, [bytearray, ...], n)                  inline
+# ("s", name, pickle_len, [(offset, size), ...], n)          one-off segment: the receiver unlinks it
+# ("r", slot, name, pickle_len, [(offset, size), ...], n)    the sender's slot: released, not unlinked
+# n: None, or how many of the buffers are pickle's out-of-band buffers; the others hold Rows
 Payload = tuple
 
-__all__ = ["INLINE_LIMIT", "Receiver", "Sender", "discard", "sweep", "unlink"]
+__all__ = ["INLINE_LIMIT", "Receiver", "Rows", "Sender", "discard", "sweep", "unlink"]
+
+
+class Rows:
+    """Arrays of one shape and dtype that travel as one stacked array (``len(rows)`` first).
+
+    A :class:`Sender` writes the rows one after the other into the payload; the receiver gets
+    the stacked array. Pickled any other way, a Rows becomes that array too.
+    """
+
+    __slots__ = ("rows", "shape", "dtype", "nbytes")
+
+    def __init__(self, rows: list):
+        first = rows[0]
+        self.rows = rows
+        self.shape = (len(rows),) + first.shape
+        self.dtype = first.dtype
+        self.nbytes = first.nbytes * len(rows)
+
+    def __reduce__(self):
+        return (np.stack, (self.rows,))
+
+    @staticmethod
+    def fit(values: list) -> Rows | None:
+        """A Rows of ``values`` when they are numeric arrays (not scalars) of one shape and
+        dtype, together at least ``_OUT_OF_BAND_MIN`` bytes; else None."""
+        first = values[0]
+        if type(first) is not np.ndarray or first.ndim == 0 or first.dtype == object:
+            return None
+        shape, dtype = first.shape, first.dtype
+        for v in values:
+            if type(v) is not np.ndarray or v.shape != shape or v.dtype != dtype:
+                return None
+        if first.nbytes * len(values) < _OUT_OF_BAND_MIN:
+            return None
+        return Rows(values)
+
+
+class _Pickler(pickle.Pickler):
+    """Protocol 5 with out-of-band buffers; :class:`Rows` become persistent ids."""
+
+    def __init__(self, file, buffer_callback, rows: list):
+        super().__init__(file, protocol=5, buffer_callback=buffer_callback)
+        self.rows = rows
+
+    def persistent_id(self, obj):
+        if type(obj) is Rows:
+            self.rows.append(obj)
+            return (len(self.rows) - 1, obj.shape, obj.dtype.str)
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file, buffers: list, rows: list):
+        super().__init__(file, buffers=buffers)
+        self.rows = rows
+
+    def persistent_load(self, pid):
+        index, shape, dtype = pid
+        return np.frombuffer(self.rows[index], dtype=np.dtype(dtype)).reshape(shape)
 
 
 class Sender:
@@ -76,10 +143,14 @@ class Sender:
             buffers.append(raw)
             return False
 
-        data = pickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
-        raws = buffers
+        rows: list[Rows] = []
+        f = io.BytesIO()
+        _Pickler(f, out_of_band, rows).dump(obj)
+        data = f.getvalue()
+        n_plain = len(buffers) if rows else None
+        raws = buffers + rows
         if len(data) + sum(r.nbytes for r in raws) < INLINE_LIMIT:
-            return ("i", data, [bytearray(r) for r in raws]), None
+            return ("i", data, [_bytes_of(r) for r in raws], n_plain), None
         layout = []
         end = _aligned(len(data))
         for r in raws:
@@ -95,7 +166,7 @@ class Sender:
                 raise
             finally:
                 shm.close()
-            return ("s", shm.name, len(data), layout), None
+            return ("s", shm.name, len(data), layout, n_plain), None
         shm = self._slots[slot]
         if shm is None or shm.size < end:
             size = max(end, 2 * shm.size if shm is not None else 0)
@@ -104,7 +175,7 @@ class Sender:
                 name=next(self._names), create=True, size=-(-size // _SLOT_GRANULE) * _SLOT_GRANULE)
         _write(shm, data, layout, raws)
         self._busy[slot] = True
-        return ("r", slot, shm.name, len(data), layout), slot
+        return ("r", slot, shm.name, len(data), layout, n_plain), slot
 
     def release(self, slot: int | None) -> None:
         """The receiver has read the payload in ``slot``: it may be reused."""
@@ -133,9 +204,9 @@ class Receiver:
     def decode(self, payload: Payload) -> Any:
         kind = payload[0]
         if kind == "i":
-            return pickle.loads(payload[1], buffers=payload[2])
-        if kind == "s":
-            _, name, data_len, layout = payload
+            data, buffers, n_plain = payload[1:]
+        elif kind == "s":
+            _, name, data_len, layout, n_plain = payload
             shm = SharedMemory(name=name)
             try:
                 data, buffers = _read(shm, data_len, layout)
@@ -143,14 +214,16 @@ class Receiver:
                 shm.close()
                 _unlink_segment(shm)
         else:
-            _, slot, name, data_len, layout = payload
+            _, slot, name, data_len, layout, n_plain = payload
             shm = self._mapped.get(slot)
             if shm is None or shm.name != name:  # first use, or the sender grew the slot
                 if shm is not None:
                     shm.close()
                 shm = self._mapped[slot] = SharedMemory(name=name)
             data, buffers = _read(shm, data_len, layout)
-        return pickle.loads(data, buffers=buffers)
+        if n_plain is None:
+            return pickle.loads(data, buffers=buffers)
+        return _Unpickler(io.BytesIO(data), buffers[:n_plain], buffers[n_plain:]).load()
 
     def close(self) -> None:
         for shm in self._mapped.values():
@@ -168,8 +241,29 @@ def _write(shm: SharedMemory, data: bytes, layout: list, raws: list) -> None:
     buf = shm.buf
     buf[: len(data)] = data
     for (start, size), r in zip(layout, raws):
-        buf[start : start + size] = r
+        if type(r) is Rows:
+            _write_rows(buf[start : start + size], r)
+        else:
+            buf[start : start + size] = r
     del buf
+
+
+def _write_rows(view: memoryview, rows: Rows) -> None:
+    """Each row into its place in ``view`` (one copy, no stacking first)."""
+    out = np.frombuffer(view, dtype=rows.dtype).reshape(rows.shape)
+    for k, row in enumerate(rows.rows):
+        out[k] = row
+    del out
+    view.release()
+
+
+def _bytes_of(r) -> bytearray:
+    """An inline payload's copy of an out-of-band buffer or of :class:`Rows`."""
+    if type(r) is not Rows:
+        return bytearray(r)
+    out = bytearray(r.nbytes)
+    _write_rows(memoryview(out), r)
+    return out
 
 
 def _read(shm: SharedMemory, data_len: int, layout: list) -> tuple[bytes, list[bytearray]]:

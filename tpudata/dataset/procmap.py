@@ -27,6 +27,7 @@ import traceback
 from typing import Callable
 
 from tpudata.dataset._procworker import _dumps_exception
+from tpudata.dataset._shm import Rows
 import numpy as np
 
 from tpudata.dataset.block import Block, as_column, leaf_items
@@ -102,11 +103,18 @@ class ChunkApply:
             trees.append(tree)
             rows.append(leaves)
         if rows and all(t == trees[0] for t in trees):
-            cols = [as_column([r[k] for r in rows]) for k in range(trees[0].num_leaves)]
+            cols = [_column([r[k] for r in rows]) for k in range(trees[0].num_leaves)]
             outputs = ("block", trees[0], cols, len(rows))
         else:
             outputs = ("rows", list(zip(trees, rows)))
         return outputs, failed, error, os.getpid(), time.perf_counter() - start
+
+
+def _column(values: list):
+    """A leaf's column: large arrays of one shape as :class:`~tpudata.dataset._shm.Rows` (the
+    worker's sender writes each one straight into the message: no stacking copy), else stacked
+    here (:func:`~tpudata.dataset.block.as_column`)."""
+    return Rows.fit(values) or as_column(values)
 
 
 class _Chunk:
