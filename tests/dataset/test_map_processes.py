@@ -271,3 +271,12 @@ def test_process_map_large_outputs_come_back_stacked_and_exact():
         for e in it:
             assert e["v"].dtype == np.float32 and e["v"].shape == (4, 128)
             e["v"][0, 0] = -1  # outputs are ordinary writable arrays
+
+
+def test_process_map_outputs_kept_by_the_consumer_stay_intact():
+    from tests.dataset.procpool_fns import wide
+
+    with Dataset.range(300).map(wide, num_parallel_calls=2, use_processes=True).iterator() as it:
+        kept = list(it)  # every output held: lent result slots must never be reused under them
+    for n, e in enumerate(kept):
+        assert int(e["x"]) == n and (e["v"] == n + np.arange(128, dtype=np.float32)).all(), n

@@ -32,8 +32,11 @@ def our_segments(prefix: str = "") -> list[str]:
 
 
 def bounded_segments() -> bool:
-    """While the 2-worker mapper lives: at most 2 reusable segments per worker and direction."""
-    return len(our_segments()) <= 8
+    """While the 2-worker mapper lives: at most 2 reusable segments per worker for its inputs
+    and 2 + LEND_SLOTS for its results."""
+    from tpudata.dataset._procworker import LEND_SLOTS
+
+    return len(our_segments()) <= 2 * (2 + 2 + LEND_SLOTS)
 
 
 def worker_pids() -> set[int]:
@@ -181,6 +184,50 @@ def test_rows_travel_as_one_stacked_array_inline_in_slots_and_in_one_off_segment
     receiver.close()
     sender.close()
     assert not our_segments("rows_")
+
+
+def test_lent_slots_come_back_once_their_arrays_are_gone():
+    sender, receiver = _shm.Sender(f"tpd{os.getpid()}lend_", slots=3), _shm.Receiver(lend=1)
+    n = _shm.INLINE_LIMIT
+    first, slot0 = sender.encode({"x": np.full(n, 1, np.uint8), "rows": _shm.Rows([np.ones(n)] * 2)})
+    second, slot1 = sender.encode({"x": np.full(n, 2, np.uint8)})
+    lent = receiver.decode(first)  # lent: views of slot 0, no copy
+    copied = receiver.decode(second)  # one slot is lent already: copied, slot 1 free at once
+    assert receiver.take_freed() == [slot1]
+    sender.release(slot1)
+    lent["x"][:3] = 7  # writable, and nobody else writes there until it comes back
+    again, slot = sender.encode({"x": np.full(n, 3, np.uint8)})  # slot 0 is still busy
+    assert slot == slot1
+    assert lent["x"][:4].tolist() == [7, 7, 7, 1] and lent["x"][4:].sum() == n - 4
+    assert lent["rows"].shape == (2, n) and lent["rows"].sum() == 2 * n
+    assert copied["x"].sum() == 2 * n and receiver.decode(again)["x"].sum() == 3 * n
+    assert receiver.take_freed() == [slot1]
+    view = lent["rows"][1]  # a view of a lent array keeps the slot lent
+    del lent
+    gc.collect()
+    assert receiver.take_freed() == []
+    del view
+    gc.collect()
+    assert receiver.take_freed() == [slot0]
+    # arrays lent when the receiver and sender close stay valid
+    sender.release(slot0)
+    sender.release(slot1)
+    payload, _ = sender.encode({"x": np.full(n, 5, np.uint8)})
+    kept = receiver.decode(payload)
+    receiver.close()
+    sender.close()
+    assert not our_segments("lend_")  # unlinked; the pages live while `kept` does
+    assert kept["x"].sum() == 5 * n
+    del kept
+    gc.collect()
+
+
+def test_results_kept_by_the_consumer_are_never_overwritten(mapper):
+    sizes = [20_000 + i for i in range(40)]
+    kept = [value for _, value in mapper.imap([("array", s) for s in sizes])]
+    for s, value in zip(sizes, kept):
+        assert value["x"].shape == (s,) and (value["x"] == s % 251).all(), s
+    assert bounded_segments()
 
 
 def test_quick_elements_travel_in_chunks_within_max_in_flight():

@@ -8,9 +8,11 @@ message. A large one is written once into shared memory and the message carries 
 name and layout: a :class:`Sender` keeps a few reusable segments ("slots", mapped once and grown
 when needed) and falls back to a one-off segment when all are busy. The :class:`Receiver` copies
 each buffer out into its own memory (its arrays are ordinary, writable and independent of the
-segment), unlinks one-off segments and keeps slots mapped. The receiver's side tells the sender when
-a slot is free again (:meth:`Sender.release`). Pipe messages therefore stay small, whatever the
-elements weigh.
+segment), unlinks one-off segments and keeps slots mapped; or, for up to ``lend`` slots at a time,
+*lends* the slot: its arrays are views of the slot (no copy), which goes back to the sender once
+they are all gone. The receiver's side tells the sender which slots are free again
+(:meth:`Receiver.take_freed`, then :meth:`Sender.release`). Pipe messages therefore stay small,
+whatever the elements weigh.
 
 :class:`Rows` (same-shape arrays, e.g. the outputs of a chunk of elements) travel as one stacked
 array: the sender writes each row straight into the payload, so the rows are copied once instead
@@ -28,6 +30,8 @@ process left behind (:func:`sweep`).
 >>> back = receiver.decode(payload)
 >>> bool((back["image"] == element["image"]).all()), back["label"], back["image"].flags.writeable
 (True, 3, True)
+>>> receiver.take_freed()
+[0]
 >>> sender.release(slot)
 >>> receiver.close(); sender.close()
 >>> sweep("tpd_doc_")
@@ -38,8 +42,12 @@ from __future__ import annotations
 
 import io
 import itertools
+import mmap
 import os
 import pickle
+import weakref
+from collections import deque
+from functools import partial
 from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
@@ -196,10 +204,19 @@ class Sender:
 
 
 class Receiver:
-    """Decodes the payloads of one :class:`Sender`; keeps its slots mapped."""
+    """Decodes the payloads of one :class:`Sender`; keeps its slots mapped.
 
-    def __init__(self):
-        self._mapped: dict[int, SharedMemory] = {}
+    ``lend``: how many slots at once may be *lent*: the decoded arrays are then views of the
+    slot itself instead of copies (no copy on this side), and the slot returns to the sender
+    only once every one of those arrays is gone. Other payloads are copied out and their slot is
+    free at once. :meth:`take_freed` gives the slots to report to the sender.
+    """
+
+    def __init__(self, lend: int = 0):
+        self.lend = lend
+        self._mapped: dict[int, tuple[str, mmap.mmap]] = {}
+        self._lent: set[int] = set()
+        self._returned: deque = deque()  # slots free again; appended from any thread (GC)
 
     def decode(self, payload: Payload) -> Any:
         kind = payload[0]
@@ -209,26 +226,74 @@ class Receiver:
             _, name, data_len, layout, n_plain = payload
             shm = SharedMemory(name=name)
             try:
-                data, buffers = _read(shm, data_len, layout)
+                with shm.buf[:] as view:
+                    data, buffers = _read(view, data_len, layout)
             finally:
                 shm.close()
                 _unlink_segment(shm)
         else:
             _, slot, name, data_len, layout, n_plain = payload
-            shm = self._mapped.get(slot)
-            if shm is None or shm.name != name:  # first use, or the sender grew the slot
-                if shm is not None:
-                    shm.close()
-                shm = self._mapped[slot] = SharedMemory(name=name)
-            data, buffers = _read(shm, data_len, layout)
+            m = self._mapping(slot, name)
+            if layout and len(self._lent) < self.lend:
+                data, buffers = _lend(m, data_len, layout, partial(self._returned.append, slot))
+                self._lent.add(slot)
+            else:
+                with memoryview(m) as view:
+                    data, buffers = _read(view, data_len, layout)
+                self._returned.append(slot)
         if n_plain is None:
             return pickle.loads(data, buffers=buffers)
         return _Unpickler(io.BytesIO(data), buffers[:n_plain], buffers[n_plain:]).load()
 
-    def close(self) -> None:
-        for shm in self._mapped.values():
+    def drop(self, payload: Payload) -> None:
+        """A payload that will not be read: free its segment or slot."""
+        if payload[0] == "s":
+            unlink(payload[1])
+        elif payload[0] == "r":
+            self._returned.append(payload[1])
+
+    def take_freed(self) -> list[int]:
+        """The slots the sender may reuse (read, or lent and given back) since the last call."""
+        out = []
+        while self._returned:
+            slot = self._returned.popleft()
+            self._lent.discard(slot)
+            out.append(slot)
+        return out
+
+    def _mapping(self, slot: int, name: str) -> mmap.mmap:
+        mapped = self._mapped.get(slot)
+        if mapped is not None and mapped[0] == name:
+            return mapped[1]
+        if mapped is not None:  # the sender grew the slot
+            _close_mapping(mapped[1])
+        shm = SharedMemory(name=name)
+        try:  # a mapping of our own, which arrays lent from it keep alive
+            m = mmap.mmap(shm._fd, shm.size)  # noqa: SLF001 - SharedMemory keeps no public fd
+        finally:
             shm.close()
+        self._mapped[slot] = (name, m)
+        return m
+
+    def close(self) -> None:
+        for _, m in self._mapped.values():
+            _close_mapping(m)
         self._mapped.clear()
+
+
+def _close_mapping(m: mmap.mmap) -> None:
+    try:
+        m.close()
+    except BufferError:  # arrays lent from it still live: it is unmapped when they are gone
+        pass
+
+
+def _lend(m: mmap.mmap, data_len: int, layout: list, on_free) -> tuple[bytes, list]:
+    """The pickle and views of the buffers in slot mapping ``m``; ``on_free`` runs once no
+    array made from them is left."""
+    base = np.frombuffer(m, np.uint8, count=max(start + size for start, size in layout))
+    weakref.finalize(base, on_free).atexit = False
+    return base[:data_len].tobytes(), [base[start : start + size] for start, size in layout]
 
 
 def discard(payload: Payload) -> None:
@@ -266,15 +331,13 @@ def _bytes_of(r) -> bytearray:
     return out
 
 
-def _read(shm: SharedMemory, data_len: int, layout: list) -> tuple[bytes, list[bytearray]]:
-    buf = shm.buf
+def _read(buf: memoryview, data_len: int, layout: list) -> tuple[bytes, list[bytearray]]:
     buffers = []
     for start, size in layout:
         with buf[start : start + size] as view:
             buffers.append(bytearray(view))
     with buf[:data_len] as view:
         data = bytes(view)
-    del buf
     return data, buffers
 
 

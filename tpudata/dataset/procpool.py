@@ -330,11 +330,11 @@ class ProcessMapper:
             self._tasks[task_id] = _Task(session, first, len(chunk), worker, slot)
             worker.tasks.add(task_id)
             session.outstanding += len(chunk)
+            message = _procworker.dumps((task_id, payload, worker.results.take_freed()))
             try:
-                worker.conn.send_bytes(_procworker.dumps((task_id, payload, worker.freed)))
+                worker.conn.send_bytes(message)
             except OSError:
                 pass  # the worker died; its exit sentinel reports it
-            worker.freed = []
         return True
 
     def _wait(self, timeout: float | None = None) -> bool:
@@ -390,14 +390,9 @@ class ProcessMapper:
         session = task.session
         _, _, payload, seconds = message
         if session is not self._session:
-            _shm.discard(payload)
-            entries = None
-        else:
-            entries = worker.results.decode(payload)
-        if payload[0] == "r":
-            worker.freed.append(payload[1])  # the worker may reuse this segment
-        if entries is None:
+            worker.results.drop(payload)
             return
+        entries = worker.results.decode(payload)  # its slot returns to the worker (see _send)
         per_element = seconds / task.count
         previous = self._seconds_per_element
         self._seconds_per_element = per_element if previous is None else 0.8 * previous + 0.2 * per_element
@@ -484,7 +479,7 @@ class ProcessMapper:
 class _Worker:
     """The parent's view of a worker: its process, pipe, chunks in flight and segments."""
 
-    __slots__ = ("index", "process", "conn", "tasks", "inputs", "results", "freed")
+    __slots__ = ("index", "process", "conn", "tasks", "inputs", "results")
 
     def __init__(self, index: int, process, conn, inputs: _shm.Sender):
         self.index = index
@@ -492,8 +487,9 @@ class _Worker:
         self.conn = conn
         self.tasks: set[int] = set()
         self.inputs = inputs  # large inputs go through these segments
-        self.results = _shm.Receiver()  # the worker's result segments, mapped here
-        self.freed: list[int] = []  # result slots read since the last message to the worker
+        # the worker's result segments, mapped here; results in up to LEND_SLOTS of them are
+        # handed out as views (no copy here) and each slot goes back once they are all gone
+        self.results = _shm.Receiver(lend=_procworker.LEND_SLOTS)
 
 
 class _Task:
