@@ -152,3 +152,8 @@ def wide(x):
     """2 KB of float32 per element: a chunk's outputs go through shared memory as Rows."""
     n = int(x)
     return {"v": np.full((4, 128), n, np.float32) + np.arange(128, dtype=np.float32), "x": np.int64(n)}
+
+
+def megabyte(x):
+    """1 MiB per element: chunks are capped by bytes (procmap.CHUNK_BYTES), not only by count."""
+    return np.full(1 << 20, int(x) % 251, np.uint8)

@@ -280,3 +280,20 @@ def test_process_map_outputs_kept_by_the_consumer_stay_intact():
         kept = list(it)  # every output held: lent result slots must never be reused under them
     for n, e in enumerate(kept):
         assert int(e["x"]) == n and (e["v"] == n + np.arange(128, dtype=np.float32)).all(), n
+
+
+def test_process_map_chunks_are_capped_by_the_bytes_of_their_outputs():
+    from tests.dataset.procpool_fns import megabyte, wide
+    from tpudata.dataset import procmap
+
+    for fn, most in ((megabyte, procmap.CHUNK_BYTES >> 20), (wide, None)):
+        with Dataset.range(60).map(fn, num_parallel_calls=2, use_processes=True).iterator() as it:
+            for k in range(40):
+                value = next(it)
+                assert int(np.asarray(value["x"] if fn is wide else value[0])) == k % 251
+            mapper_it = it._it  # the map's ProcessMapIterator
+            size = mapper_it._chunk_size()
+            if most is not None:
+                assert 1 <= size <= most, size
+            else:  # 2 KB elements: as many as the count and the window allow
+                assert size == mapper_it.chunk_max == procmap.CHUNK_MAX, size

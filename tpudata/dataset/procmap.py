@@ -7,8 +7,9 @@ worker applies ``fn`` to each element, flattens the outputs and stacks them into
 (:class:`ChunkApply`), so the parent handles one message and one block per chunk instead of per
 element (the parent's CPU is what the workers share the cores with). The first chunks hold one
 element; then a chunk holds about ``CHUNK_SECONDS`` of ``fn``'s work (measured in the workers),
-at most ``CHUNK_MAX`` elements and a third of each worker's share of the window (one chunk
-running and one queued per worker, with room for chunks done out of order).
+at most ``CHUNK_MAX`` elements, about ``CHUNK_BYTES`` of outputs and a third of each worker's
+share of the window (one chunk running and one queued per worker, with room for chunks done out
+of order).
 
 In-flight work is counted in elements: at most ``window`` input elements (default
 ``max(WINDOW, 32 * workers)``) are taken from the input and not yet delivered. State is
@@ -39,11 +40,12 @@ from tpudata.errors import WorkerError
 
 logger = logging.getLogger(__name__)
 
-WINDOW = 128  # input elements in flight (at least), counted across chunks
+WINDOW = 192  # input elements in flight (at least), counted across chunks
 CHUNK_MAX = 32  # elements per task at most
+CHUNK_BYTES = 4 << 20  # a chunk's outputs hold about this many bytes at most
 CHUNK_SECONDS = 0.01  # a chunk holds about this much of fn's work
 
-__all__ = ["CHUNK_MAX", "CHUNK_SECONDS", "ChunkApply", "ProcessMapIterator", "WINDOW", "chunk_elements",
+__all__ = ["CHUNK_BYTES", "CHUNK_MAX", "CHUNK_SECONDS", "ChunkApply", "ProcessMapIterator", "WINDOW", "chunk_elements",
            "chunk_of"]
 
 
@@ -150,6 +152,7 @@ class ProcessMapIterator(MapperIterator):
         self.delivered = 0
         self.mapper = None
         self.seconds_per_element: float | None = None
+        self.bytes_per_element = 0.0  # of the outputs (an average)
         self._start(skip=())
 
     def _start(self, skip) -> None:
@@ -168,7 +171,9 @@ class ProcessMapIterator(MapperIterator):
     def _chunk_size(self) -> int:
         if self.seconds_per_element is None:
             return 1
-        return max(1, min(self.chunk_max, int(CHUNK_SECONDS / max(self.seconds_per_element, 1e-7))))
+        by_time = CHUNK_SECONDS / max(self.seconds_per_element, 1e-7)
+        by_bytes = CHUNK_BYTES / max(self.bytes_per_element, 1.0)
+        return max(1, min(self.chunk_max, int(by_time), int(by_bytes)))
 
     def _chunks(self):
         """Chunks of input elements for the workers, recording where each one starts: a slice
@@ -265,6 +270,9 @@ class ProcessMapIterator(MapperIterator):
         with self.lock:
             self.out_p.update(chunk.ps[i] for i in dropped)
         block = self._block(outputs)
+        if block is not None:
+            per = block.nbytes / block.n
+            self.bytes_per_element = max(per, 0.7 * self.bytes_per_element + 0.3 * per)
         kept = [p for i, p in enumerate(chunk.ps) if i not in dropped]
         if error is not None:  # (no element is dropped then: ignore_errors catches them all)
             kept = chunk.ps[:error[0]]
