@@ -104,7 +104,8 @@ class ChunkApply:
             tree, leaves = flatten(out)
             trees.append(tree)
             rows.append(leaves)
-        if rows and all(t == trees[0] for t in trees):
+        first = trees[0] if trees else None
+        if rows and all(t is first or t == first for t in trees):
             cols = [_column([r[k] for r in rows]) for k in range(trees[0].num_leaves)]
             outputs = ("block", trees[0], cols, len(rows))
         else:
