@@ -4,7 +4,9 @@
 processes and hands back ``(position, fn(element))`` pairs, pulling its input lazily with a bounded
 number of elements in flight. Workers are started with ``forkserver`` (or ``spawn``), never
 ``fork``, so a parent that runs threads or has JAX/torch initialised is safe. numpy arrays (results,
-and large inputs) travel through shared memory (:mod:`tpudata.dataset._shm`), not through the pipe.
+and large inputs) travel through shared memory (:mod:`tpudata.dataset._shm`), not through the pipe;
+the arrays of results in up to ``LEND_SLOTS`` segments per worker are views of the segment (no
+copy: ordinary writable arrays, which the worker does not touch again until they are all gone).
 
 The parent starts no thread: the consumer's own ``next()`` sends work and collects results, and
 waits on the workers' pipes, their exit sentinels and a wake-up pipe that :meth:`close` writes to.
