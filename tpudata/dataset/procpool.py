@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["ProcessMapper"]
 
 _WORKER_DEPTH = 2  # chunks a worker holds at once: one running, one waiting in its pipe
-_CHUNK_TARGET_S = 0.004  # a chunk of quick elements holds about this much work of fn
+_CHUNK_TARGET_S = 0.01  # a chunk of quick elements holds about this much work of fn
 _STOP_GRACE_S = 0.2  # close(): time for idle workers to exit before they are terminated
 _JOIN_S = 0.5  # close(): time for a terminated worker to exit before it is killed
 
@@ -65,7 +65,7 @@ class ProcessMapper:
     :meth:`imap` pulls ``elements`` lazily: at most ``max_in_flight`` (default ``2 * num_workers``)
     elements are taken and not yet yielded. With ``deterministic=True`` results come in input
     order, otherwise in completion order. A worker holds at most two messages; when ``fn`` is quick
-    (under ~4 ms) and ``max_in_flight`` leaves room, a message carries a chunk of up to
+    (under ~10 ms) and ``max_in_flight`` leaves room, a message carries a chunk of up to
     ``max_in_flight // (3 * num_workers)`` elements, so per-message costs (~50 us) are shared:
     give quick functions a ``max_in_flight`` of 32 or more.
 
