@@ -134,3 +134,26 @@ def plain_file(path):
     from tpudata.dataset import TFRecordDataset
 
     return TFRecordDataset(path.decode() if isinstance(path, bytes) else str(path))
+
+
+def same(x):
+    """The element itself (a dict): what the worker received, sent back."""
+    return x
+
+
+def fail_at_150(x):
+    """Quick, so that element 150 is mapped inside a chunk of many elements."""
+    if int(x) == 150:
+        raise ValueError(f"bad element {int(x)}")
+    return np.int64(int(x) * 2)
+
+
+def wide(x):
+    """2 KB of float32 per element: a chunk's outputs go through shared memory as Rows."""
+    n = int(x)
+    return {"v": np.full((4, 128), n, np.float32) + np.arange(128, dtype=np.float32), "x": np.int64(n)}
+
+
+def megabyte(x):
+    """1 MiB per element: chunks are capped by bytes (procmap.CHUNK_BYTES), not only by count."""
+    return np.full(1 << 20, int(x) % 251, np.uint8)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import namedtuple
 
 import numpy as np
 import pytest
@@ -122,3 +123,177 @@ def test_process_map_dtype_or_structure_change_inside_a_chunk_raises():
                 for x in it:
                     got.append(int(x))
         assert got == [0, 1, 2, 3]
+
+
+Point = namedtuple("Point", "x y")
+
+
+def _typed_block():
+    from tpudata.dataset.block import Block, RecordColumn
+    from tpudata.dataset.nest import flatten
+    from tpudata.example.parse import VarLenValues
+
+    n = 5
+    dtypes = [np.bool_, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64,
+              np.uint64, np.float16, np.float32, np.float64, np.complex64]
+    element = {"scalars": tuple(np.zeros((), d)[()] for d in dtypes),
+               "image": np.zeros((2, 3), np.uint8), "text": "s", "raw": b"b",
+               "point": Point(np.int64(0), "y"), "ragged": np.zeros(1, np.int32),
+               "records": b"r", "varlen": np.zeros(1, np.int64)}
+    tree, _ = flatten(element)
+    cols = []
+    for k, path in enumerate(_leaf_names(element)):
+        if path.startswith("scalars"):
+            cols.append(np.arange(n).astype(dtypes[int(path.split(".")[1])]))
+        else:
+            cols.append({"image": np.arange(n * 6, dtype=np.uint8).reshape(n, 2, 3),
+                         "text": np.array([f"t{i}" for i in range(n)], dtype=object),
+                         "raw": np.array([bytes([i]) * i for i in range(n)], dtype=object),
+                         "point.0": np.arange(n, dtype=np.int64) - 2,
+                         "point.1": np.array(["p"] * n, dtype=object),
+                         "ragged": _object([np.arange(i, dtype=np.int32) for i in range(n)]),
+                         "records": RecordColumn.from_bytes([b"rec%d" % i for i in range(n)]),
+                         "varlen": VarLenValues(np.arange(6, dtype=np.int64),
+                                                np.array([0, 1, 1, 3, 6, 6]))}[path])
+    return Block(tree, cols, n)
+
+
+def _object(values):
+    out = np.empty(len(values), dtype=object)
+    for k, v in enumerate(values):
+        out[k] = v
+    return out
+
+
+def _leaf_names(element) -> list[str]:
+    """Leaf names in flatten order (dict keys sorted)."""
+    names = []
+    for key in sorted(element):
+        value = element[key]
+        if isinstance(value, tuple):
+            names += [f"{key}.{i}" for i in range(len(value))]
+        else:
+            names.append(key)
+    return names
+
+
+def _same_values(a, b) -> None:
+    """Equal structure, types, dtypes and values."""
+    assert type(a) is type(b), (a, b)
+    if isinstance(a, dict):
+        assert sorted(a) == sorted(b)
+        for k in a:
+            _same_values(a[k], b[k])
+    elif isinstance(a, tuple):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _same_values(x, y)
+    elif isinstance(a, (np.ndarray, np.generic)):
+        assert a.dtype == b.dtype and np.shape(a) == np.shape(b) and np.array_equal(a, b), (a, b)
+    else:
+        assert a == b, (a, b)
+
+
+def test_process_map_chunk_encoding_round_trips_every_column_kind():
+    from tpudata.dataset import _shm
+    from tpudata.dataset.block import Block
+    from tpudata.dataset.procmap import chunk_elements, chunk_of
+
+    block = _typed_block()
+    expected = list(block.elements())
+    sender, receiver = _shm.Sender("tpd_test_chunk_"), _shm.Receiver()
+    try:
+        for i, j in ((0, 5), (1, 4), (2, 3)):  # slices, as the map takes them from its input
+            chunk = chunk_of(block.slice(i, j))
+            # numeric columns travel as one array each, not as an element per pickle
+            kinds = [type(c) for c in chunk[2]]
+            assert kinds.count(np.ndarray) == 15 and kinds.count(list) == 6, kinds
+            payload, slot = sender.encode(chunk)
+            got = chunk_elements(receiver.decode(payload))
+            sender.release(slot)
+            assert len(got) == j - i
+            for a, b in zip(got, expected[i:j]):
+                _same_values(a, b)
+        # a list of elements (the path that skips delivered elements) passes through
+        assert chunk_elements(expected[:2]) == expected[:2]
+        single = Block.from_elements(*_flat_leaf(np.float32(1.5)))
+        _same_values(chunk_elements(chunk_of(single)), list(single.elements()))
+    finally:
+        receiver.close()
+        sender.close()
+    assert _shm.sweep("tpd_test_chunk_") == []
+
+
+def _flat_leaf(value):
+    from tpudata.dataset.nest import flatten
+
+    tree, leaves = flatten(value)
+    return tree, [leaves, leaves]
+
+
+def test_process_map_elements_of_every_kind_reach_the_worker_as_in_line():
+    from tests.dataset.procpool_fns import same
+
+    n = 70
+    source = {"i8": np.arange(n, dtype=np.int8), "u64": np.arange(n, dtype=np.uint64),
+              "f16": np.linspace(0, 1, n).astype(np.float16), "flag": np.arange(n) % 2 == 0,
+              "img": np.arange(n * 4, dtype=np.float32).reshape(n, 2, 2),
+              "name": np.array([f"n{i}" for i in range(n)]),
+              "raw": [bytes([i % 256]) * (i % 4) for i in range(n)],
+              "pair": (np.arange(n, dtype=np.int32), [f"p{i}".encode() for i in range(n)])}
+    ds = Dataset.from_tensor_slices(source)
+    in_line = outputs(ds.map(same))
+    assert outputs(ds.map(same, num_parallel_calls=2, use_processes=True)) == in_line
+    with ds.map(same, num_parallel_calls=2, use_processes=True).iterator() as it:
+        for k, e in enumerate(it):
+            assert e["f16"].dtype == np.float16 and e["img"].shape == (2, 2), k
+            assert isinstance(e["raw"], bytes) and e["pair"][0].dtype == np.int32
+
+
+def test_process_map_error_inside_a_large_chunk_keeps_the_order():
+    from tests.dataset.procpool_fns import fail_at_150
+
+    got = []
+    with Dataset.range(400).map(fail_at_150, num_parallel_calls=2, use_processes=True).iterator() as it:
+        with pytest.raises(WorkerError, match="bad element 150") as e:
+            for x in it:
+                got.append(int(x))
+    assert got == [2 * i for i in range(150)]
+    assert isinstance(e.value.__cause__, ValueError) and e.value.position == 150
+
+
+def test_process_map_large_outputs_come_back_stacked_and_exact():
+    from tests.dataset.procpool_fns import wide
+
+    ds = Dataset.range(150).map(wide, num_parallel_calls=2, use_processes=True)
+    assert outputs(ds) == outputs(Dataset.range(150).map(wide))
+    with ds.iterator() as it:
+        for e in it:
+            assert e["v"].dtype == np.float32 and e["v"].shape == (4, 128)
+            e["v"][0, 0] = -1  # outputs are ordinary writable arrays
+
+
+def test_process_map_outputs_kept_by_the_consumer_stay_intact():
+    from tests.dataset.procpool_fns import wide
+
+    with Dataset.range(300).map(wide, num_parallel_calls=2, use_processes=True).iterator() as it:
+        kept = list(it)  # every output held: lent result slots must never be reused under them
+    for n, e in enumerate(kept):
+        assert int(e["x"]) == n and (e["v"] == n + np.arange(128, dtype=np.float32)).all(), n
+
+
+def test_process_map_chunks_are_capped_by_the_bytes_of_their_outputs():
+    from tests.dataset.procpool_fns import megabyte, wide
+    from tpudata.dataset import procmap
+
+    for fn, most in ((megabyte, procmap.CHUNK_BYTES >> 20), (wide, None)):
+        with Dataset.range(60).map(fn, num_parallel_calls=2, use_processes=True).iterator() as it:
+            for k in range(40):
+                value = next(it)
+                assert int(np.asarray(value["x"] if fn is wide else value[0])) == k % 251
+            mapper_it = it._it  # the map's ProcessMapIterator
+            size = mapper_it._chunk_size()
+            if most is not None:
+                assert 1 <= size <= most, size
+            else:  # 2 KB elements: as many as the count and the window allow
+                assert size == mapper_it.chunk_max == procmap.CHUNK_MAX, size

@@ -32,8 +32,11 @@ def our_segments(prefix: str = "") -> list[str]:
 
 
 def bounded_segments() -> bool:
-    """While the 2-worker mapper lives: at most 2 reusable segments per worker and direction."""
-    return len(our_segments()) <= 8
+    """While the 2-worker mapper lives: at most 2 reusable segments per worker for its inputs
+    and 2 + LEND_SLOTS for its results."""
+    from tpudata.dataset._procworker import LEND_SLOTS
+
+    return len(our_segments()) <= 2 * (2 + 2 + LEND_SLOTS)
 
 
 def worker_pids() -> set[int]:
@@ -134,6 +137,97 @@ def test_shared_memory_slots_are_reused_grown_and_freed():
     receiver.close()
     sender.close()
     assert not our_segments("slots_")
+
+
+def test_rows_travel_as_one_stacked_array_inline_in_slots_and_in_one_off_segments():
+    sender, receiver = _shm.Sender(f"tpd{os.getpid()}rows_"), _shm.Receiver()
+    rng = np.random.default_rng(0)
+    for n, shape, dtype in ((3, (700,), np.float64), (4, (2, 3, 300), np.int16),
+                            (5, (100_000,), np.uint8), (2, (9, 1000), np.complex64)):
+        rows = [rng.integers(0, 100, shape).astype(dtype) for _ in range(n)]
+        rows[1] = np.asfortranarray(rows[1]) if len(shape) > 1 else rows[1][::-1]  # not C order
+        packed = _shm.Rows.fit(rows)
+        assert packed is not None and packed.shape == (n, *shape)
+        # Rows beside pickle's own out-of-band buffers and small values, nested
+        big = np.arange(10_000, dtype=np.int32)
+        message = {"cols": [packed, big, _shm.Rows(rows[:2])], "n": n, "text": "t"}
+        payloads = []
+        for _ in range(3):  # (large ones) two slots, then a one-off segment
+            payloads.append(sender.encode(message))
+        kinds = {p[0] for p, _ in payloads}
+        assert kinds == ({"i"} if packed.nbytes * 1.5 + big.nbytes < _shm.INLINE_LIMIT
+                         else {"r", "s"}), kinds
+        for payload, slot in payloads:
+            back = receiver.decode(payload)
+            sender.release(slot)
+            stacked, other, two = back["cols"]
+            assert stacked.dtype == dtype and stacked.shape == (n, *shape)
+            assert np.array_equal(stacked, np.stack(rows)) and np.array_equal(two, np.stack(rows[:2]))
+            assert np.array_equal(other, big) and (back["n"], back["text"]) == (n, "t")
+            assert stacked.flags.writeable and stacked.flags.c_contiguous
+    # inline (a small message): the rows are copied into the message's buffer
+    rows = [np.arange(i, i + 600, dtype=np.int64)[::2] for i in range(4)]
+    payload, slot = sender.encode(("x", _shm.Rows(rows)))
+    assert payload[0] == "i" and slot is None
+    back = receiver.decode(payload)[1]
+    assert back.dtype == np.int64 and np.array_equal(back, np.stack(rows))
+    # pickled without a Sender, Rows is the stacked array
+    rows = [np.full(3, i, np.float32) for i in range(2)]
+    assert np.array_equal(pickle.loads(pickle.dumps(_shm.Rows(rows))), np.stack(rows))
+    # what does not fit: scalars, object arrays, shapes or dtypes that differ, few bytes
+    assert _shm.Rows.fit([np.float32(1)] * 5000) is None
+    assert _shm.Rows.fit([np.empty(5000, object)] * 2) is None
+    assert _shm.Rows.fit([np.zeros(5000), np.zeros(5001)]) is None
+    assert _shm.Rows.fit([np.zeros(5000), np.zeros(5000, np.float32)]) is None
+    assert _shm.Rows.fit([np.zeros(5000), [0.0] * 5000]) is None
+    assert _shm.Rows.fit([np.zeros(8)] * 2) is None
+    receiver.close()
+    sender.close()
+    assert not our_segments("rows_")
+
+
+def test_lent_slots_come_back_once_their_arrays_are_gone():
+    sender, receiver = _shm.Sender(f"tpd{os.getpid()}lend_", slots=3), _shm.Receiver(lend=1)
+    n = _shm.INLINE_LIMIT
+    first, slot0 = sender.encode({"x": np.full(n, 1, np.uint8), "rows": _shm.Rows([np.ones(n)] * 2)})
+    second, slot1 = sender.encode({"x": np.full(n, 2, np.uint8)})
+    lent = receiver.decode(first)  # lent: views of slot 0, no copy
+    copied = receiver.decode(second)  # one slot is lent already: copied, slot 1 free at once
+    assert receiver.take_freed() == [slot1]
+    sender.release(slot1)
+    lent["x"][:3] = 7  # writable, and nobody else writes there until it comes back
+    again, slot = sender.encode({"x": np.full(n, 3, np.uint8)})  # slot 0 is still busy
+    assert slot == slot1
+    assert lent["x"][:4].tolist() == [7, 7, 7, 1] and lent["x"][4:].sum() == n - 4
+    assert lent["rows"].shape == (2, n) and lent["rows"].sum() == 2 * n
+    assert copied["x"].sum() == 2 * n and receiver.decode(again)["x"].sum() == 3 * n
+    assert receiver.take_freed() == [slot1]
+    view = lent["rows"][1]  # a view of a lent array keeps the slot lent
+    del lent
+    gc.collect()
+    assert receiver.take_freed() == []
+    del view
+    gc.collect()
+    assert receiver.take_freed() == [slot0]
+    # arrays lent when the receiver and sender close stay valid
+    sender.release(slot0)
+    sender.release(slot1)
+    payload, _ = sender.encode({"x": np.full(n, 5, np.uint8)})
+    kept = receiver.decode(payload)
+    receiver.close()
+    sender.close()
+    assert not our_segments("lend_")  # unlinked; the pages live while `kept` does
+    assert kept["x"].sum() == 5 * n
+    del kept
+    gc.collect()
+
+
+def test_results_kept_by_the_consumer_are_never_overwritten(mapper):
+    sizes = [20_000 + i for i in range(40)]
+    kept = [value for _, value in mapper.imap([("array", s) for s in sizes])]
+    for s, value in zip(sizes, kept):
+        assert value["x"].shape == (s,) and (value["x"] == s % 251).all(), s
+    assert bounded_segments()
 
 
 def test_quick_elements_travel_in_chunks_within_max_in_flight():

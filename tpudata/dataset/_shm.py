@@ -8,9 +8,15 @@ message. A large one is written once into shared memory and the message carries 
 name and layout: a :class:`Sender` keeps a few reusable segments ("slots", mapped once and grown
 when needed) and falls back to a one-off segment when all are busy. The :class:`Receiver` copies
 each buffer out into its own memory (its arrays are ordinary, writable and independent of the
-segment), unlinks one-off segments and keeps slots mapped. The receiver's side tells the sender when
-a slot is free again (:meth:`Sender.release`). Pipe messages therefore stay small, whatever the
-elements weigh.
+segment), unlinks one-off segments and keeps slots mapped; or, for up to ``lend`` slots at a time,
+*lends* the slot: its arrays are views of the slot (no copy), which goes back to the sender once
+they are all gone. The receiver's side tells the sender which slots are free again
+(:meth:`Receiver.take_freed`, then :meth:`Sender.release`). Pipe messages therefore stay small,
+whatever the elements weigh.
+
+:class:`Rows` (same-shape arrays, e.g. the outputs of a chunk of elements) travel as one stacked
+array: the sender writes each row straight into the payload, so the rows are copied once instead
+of being stacked first and then copied.
 
 Segment names start with the sender's prefix, so the owner can sweep away segments that a killed
 process left behind (:func:`sweep`).
@@ -24,6 +30,8 @@ process left behind (:func:`sweep`).
 >>> back = receiver.decode(payload)
 >>> bool((back["image"] == element["image"]).all()), back["label"], back["image"].flags.writeable
 (True, 3, True)
+>>> receiver.take_freed()
+[0]
 >>> sender.release(slot)
 >>> receiver.close(); sender.close()
 >>> sweep("tpd_doc_")
@@ -32,12 +40,19 @@ process left behind (:func:`sweep`).
 
 from __future__ import annotations
 
+import io
 import itertools
+import mmap
 import os
 import pickle
+import weakref
+from collections import deque
+from functools import partial
 from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
+
+import numpy as np
 
 INLINE_LIMIT = 16 * 1024  # bytes of pickle + buffers from which a payload goes through shared memory
 _OUT_OF_BAND_MIN = 4096  # numpy buffers from this size travel beside the pickle, not inside
@@ -45,12 +60,72 @@ _ALIGN = 64
 _SLOT_GRANULE = 64 * 1024
 _SHM_DIR = "/dev/shm"
 
-# ("i", pickle_bytes, [bytearray, ...])                  inline
-# ("s", name, pickle_len, [(offset, size), ...])          one-off segment: the receiver unlinks it
-# ("r", slot, name, pickle_len, [(offset, size), ...])    the sender's slot: released, not unlinked
+# ("i", pickle_bytes, [bytearray, ...], n)                  inline
+# ("s", name, pickle_len, [(offset, size), ...], n)          one-off segment: the receiver unlinks it
+# ("r", slot, name, pickle_len, [(offset, size), ...], n)    the sender's slot: released, not unlinked
+# n: None, or how many of the buffers are pickle's out-of-band buffers; the others hold Rows
 Payload = tuple
 
-__all__ = ["INLINE_LIMIT", "Receiver", "Sender", "discard", "sweep", "unlink"]
+__all__ = ["INLINE_LIMIT", "Receiver", "Rows", "Sender", "discard", "sweep", "unlink"]
+
+
+class Rows:
+    """Arrays of one shape and dtype that travel as one stacked array (``len(rows)`` first).
+
+    A :class:`Sender` writes the rows one after the other into the payload; the receiver gets
+    the stacked array. Pickled any other way, a Rows becomes that array too.
+    """
+
+    __slots__ = ("rows", "shape", "dtype", "nbytes")
+
+    def __init__(self, rows: list):
+        first = rows[0]
+        self.rows = rows
+        self.shape = (len(rows),) + first.shape
+        self.dtype = first.dtype
+        self.nbytes = first.nbytes * len(rows)
+
+    def __reduce__(self):
+        return (np.stack, (self.rows,))
+
+    @staticmethod
+    def fit(values: list) -> Rows | None:
+        """A Rows of ``values`` when they are numeric arrays (not scalars) of one shape and
+        dtype, together at least ``_OUT_OF_BAND_MIN`` bytes; else None."""
+        first = values[0]
+        if type(first) is not np.ndarray or first.ndim == 0 or first.dtype == object:
+            return None
+        shape, dtype = first.shape, first.dtype
+        for v in values:
+            if type(v) is not np.ndarray or v.shape != shape or v.dtype != dtype:
+                return None
+        if first.nbytes * len(values) < _OUT_OF_BAND_MIN:
+            return None
+        return Rows(values)
+
+
+class _Pickler(pickle.Pickler):
+    """Protocol 5 with out-of-band buffers; :class:`Rows` become persistent ids."""
+
+    def __init__(self, file, buffer_callback, rows: list):
+        super().__init__(file, protocol=5, buffer_callback=buffer_callback)
+        self.rows = rows
+
+    def persistent_id(self, obj):
+        if type(obj) is Rows:
+            self.rows.append(obj)
+            return (len(self.rows) - 1, obj.shape, obj.dtype.str)
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file, buffers: list, rows: list):
+        super().__init__(file, buffers=buffers)
+        self.rows = rows
+
+    def persistent_load(self, pid):
+        index, shape, dtype = pid
+        return np.frombuffer(self.rows[index], dtype=np.dtype(dtype)).reshape(shape)
 
 
 class Sender:
@@ -76,10 +151,14 @@ class Sender:
             buffers.append(raw)
             return False
 
-        data = pickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
-        raws = buffers
+        rows: list[Rows] = []
+        f = io.BytesIO()
+        _Pickler(f, out_of_band, rows).dump(obj)
+        data = f.getvalue()
+        n_plain = len(buffers) if rows else None
+        raws = buffers + rows
         if len(data) + sum(r.nbytes for r in raws) < INLINE_LIMIT:
-            return ("i", data, [bytearray(r) for r in raws]), None
+            return ("i", data, [_bytes_of(r) for r in raws], n_plain), None
         layout = []
         end = _aligned(len(data))
         for r in raws:
@@ -95,7 +174,7 @@ class Sender:
                 raise
             finally:
                 shm.close()
-            return ("s", shm.name, len(data), layout), None
+            return ("s", shm.name, len(data), layout, n_plain), None
         shm = self._slots[slot]
         if shm is None or shm.size < end:
             size = max(end, 2 * shm.size if shm is not None else 0)
@@ -104,7 +183,7 @@ class Sender:
                 name=next(self._names), create=True, size=-(-size // _SLOT_GRANULE) * _SLOT_GRANULE)
         _write(shm, data, layout, raws)
         self._busy[slot] = True
-        return ("r", slot, shm.name, len(data), layout), slot
+        return ("r", slot, shm.name, len(data), layout, n_plain), slot
 
     def release(self, slot: int | None) -> None:
         """The receiver has read the payload in ``slot``: it may be reused."""
@@ -125,37 +204,96 @@ class Sender:
 
 
 class Receiver:
-    """Decodes the payloads of one :class:`Sender`; keeps its slots mapped."""
+    """Decodes the payloads of one :class:`Sender`; keeps its slots mapped.
 
-    def __init__(self):
-        self._mapped: dict[int, SharedMemory] = {}
+    ``lend``: how many slots at once may be *lent*: the decoded arrays are then views of the
+    slot itself instead of copies (no copy on this side), and the slot returns to the sender
+    only once every one of those arrays is gone. Other payloads are copied out and their slot is
+    free at once. :meth:`take_freed` gives the slots to report to the sender.
+    """
+
+    def __init__(self, lend: int = 0):
+        self.lend = lend
+        self._mapped: dict[int, tuple[str, mmap.mmap]] = {}
+        self._lent: set[int] = set()
+        self._returned: deque = deque()  # slots free again; appended from any thread (GC)
 
     def decode(self, payload: Payload) -> Any:
         kind = payload[0]
         if kind == "i":
-            return pickle.loads(payload[1], buffers=payload[2])
-        if kind == "s":
-            _, name, data_len, layout = payload
+            data, buffers, n_plain = payload[1:]
+        elif kind == "s":
+            _, name, data_len, layout, n_plain = payload
             shm = SharedMemory(name=name)
             try:
-                data, buffers = _read(shm, data_len, layout)
+                with shm.buf[:] as view:
+                    data, buffers = _read(view, data_len, layout)
             finally:
                 shm.close()
                 _unlink_segment(shm)
         else:
-            _, slot, name, data_len, layout = payload
-            shm = self._mapped.get(slot)
-            if shm is None or shm.name != name:  # first use, or the sender grew the slot
-                if shm is not None:
-                    shm.close()
-                shm = self._mapped[slot] = SharedMemory(name=name)
-            data, buffers = _read(shm, data_len, layout)
-        return pickle.loads(data, buffers=buffers)
+            _, slot, name, data_len, layout, n_plain = payload
+            m = self._mapping(slot, name)
+            if layout and len(self._lent) < self.lend:
+                data, buffers = _lend(m, data_len, layout, partial(self._returned.append, slot))
+                self._lent.add(slot)
+            else:
+                with memoryview(m) as view:
+                    data, buffers = _read(view, data_len, layout)
+                self._returned.append(slot)
+        if n_plain is None:
+            return pickle.loads(data, buffers=buffers)
+        return _Unpickler(io.BytesIO(data), buffers[:n_plain], buffers[n_plain:]).load()
+
+    def drop(self, payload: Payload) -> None:
+        """A payload that will not be read: free its segment or slot."""
+        if payload[0] == "s":
+            unlink(payload[1])
+        elif payload[0] == "r":
+            self._returned.append(payload[1])
+
+    def take_freed(self) -> list[int]:
+        """The slots the sender may reuse (read, or lent and given back) since the last call."""
+        out = []
+        while self._returned:
+            slot = self._returned.popleft()
+            self._lent.discard(slot)
+            out.append(slot)
+        return out
+
+    def _mapping(self, slot: int, name: str) -> mmap.mmap:
+        mapped = self._mapped.get(slot)
+        if mapped is not None and mapped[0] == name:
+            return mapped[1]
+        if mapped is not None:  # the sender grew the slot
+            _close_mapping(mapped[1])
+        shm = SharedMemory(name=name)
+        try:  # a mapping of our own, which arrays lent from it keep alive
+            m = mmap.mmap(shm._fd, shm.size)  # noqa: SLF001 - SharedMemory keeps no public fd
+        finally:
+            shm.close()
+        self._mapped[slot] = (name, m)
+        return m
 
     def close(self) -> None:
-        for shm in self._mapped.values():
-            shm.close()
+        for _, m in self._mapped.values():
+            _close_mapping(m)
         self._mapped.clear()
+
+
+def _close_mapping(m: mmap.mmap) -> None:
+    try:
+        m.close()
+    except BufferError:  # arrays lent from it still live: it is unmapped when they are gone
+        pass
+
+
+def _lend(m: mmap.mmap, data_len: int, layout: list, on_free) -> tuple[bytes, list]:
+    """The pickle and views of the buffers in slot mapping ``m``; ``on_free`` runs once no
+    array made from them is left."""
+    base = np.frombuffer(m, np.uint8, count=max(start + size for start, size in layout))
+    weakref.finalize(base, on_free).atexit = False
+    return base[:data_len].tobytes(), [base[start : start + size] for start, size in layout]
 
 
 def discard(payload: Payload) -> None:
@@ -168,19 +306,38 @@ def _write(shm: SharedMemory, data: bytes, layout: list, raws: list) -> None:
     buf = shm.buf
     buf[: len(data)] = data
     for (start, size), r in zip(layout, raws):
-        buf[start : start + size] = r
+        if type(r) is Rows:
+            _write_rows(buf[start : start + size], r)
+        else:
+            buf[start : start + size] = r
     del buf
 
 
-def _read(shm: SharedMemory, data_len: int, layout: list) -> tuple[bytes, list[bytearray]]:
-    buf = shm.buf
+def _write_rows(view: memoryview, rows: Rows) -> None:
+    """Each row into its place in ``view`` (one copy, no stacking first)."""
+    out = np.frombuffer(view, dtype=rows.dtype).reshape(rows.shape)
+    for k, row in enumerate(rows.rows):
+        out[k] = row
+    del out
+    view.release()
+
+
+def _bytes_of(r) -> bytearray:
+    """An inline payload's copy of an out-of-band buffer or of :class:`Rows`."""
+    if type(r) is not Rows:
+        return bytearray(r)
+    out = bytearray(r.nbytes)
+    _write_rows(memoryview(out), r)
+    return out
+
+
+def _read(buf: memoryview, data_len: int, layout: list) -> tuple[bytes, list[bytearray]]:
     buffers = []
     for start, size in layout:
         with buf[start : start + size] as view:
             buffers.append(bytearray(view))
     with buf[:data_len] as view:
         data = bytes(view)
-    del buf
     return data, buffers
 
 

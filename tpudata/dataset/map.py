@@ -4,7 +4,7 @@ The function is called only for elements the consumer asks for: sequentially in 
 thread, or with ``num_parallel_calls=N`` on N threads with at most N elements in flight.
 ``range(100_000).map(f).take(3)`` calls ``f`` 3 times; with ``num_parallel_calls=N``, at most
 ``3 + N - 1`` times. ``use_processes=True`` runs it in N worker processes, chunks of elements
-per task, with at most ``max(64, 32 * N)`` elements in flight (:mod:`tpudata.dataset.procmap`).
+per task, with at most ``max(192, 32 * N)`` elements in flight (:mod:`tpudata.dataset.procmap`).
 
 >>> [int(x) for x in Dataset.range(5).map(lambda x: x * 10, num_parallel_calls=2)]
 [0, 10, 20, 30, 40]

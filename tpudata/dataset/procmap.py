@@ -1,11 +1,15 @@
 """map(fn, use_processes=True): the map iterator over worker processes, a chunk per task.
 
 Pure-Python element functions run in :class:`~tpudata.dataset.procpool.ProcessMapper` workers.
-Each task is a *chunk* of consecutive input elements: the worker applies ``fn`` to each one,
-flattens the outputs and stacks them into block columns (:class:`ChunkApply`), so the parent
-handles one message and one block per chunk instead of per element (the parent's CPU is what
-the workers share the cores with). The first chunks hold one element; then a chunk holds about
-``CHUNK_SECONDS`` of ``fn``'s work (measured in the workers), at most ``CHUNK_MAX`` elements.
+Each task is a *chunk* of consecutive input elements, sent as a slice of the input's columns
+(:func:`chunk_of`: a numeric column travels as one array, not as a pickle per element): the
+worker applies ``fn`` to each element, flattens the outputs and stacks them into block columns
+(:class:`ChunkApply`), so the parent handles one message and one block per chunk instead of per
+element (the parent's CPU is what the workers share the cores with). The first chunks hold one
+element; then a chunk holds about ``CHUNK_SECONDS`` of ``fn``'s work (measured in the workers),
+at most ``CHUNK_MAX`` elements, about ``CHUNK_BYTES`` of outputs and a third of each worker's
+share of the window (one chunk running and one queued per worker, with room for chunks done out
+of order).
 
 In-flight work is counted in elements: at most ``window`` input elements (default
 ``max(WINDOW, 32 * workers)``) are taken from the input and not yet delivered. State is
@@ -24,20 +28,45 @@ import traceback
 from typing import Callable
 
 from tpudata.dataset._procworker import _dumps_exception
-from tpudata.dataset.block import Block, as_column
+from tpudata.dataset._shm import Rows
+import numpy as np
+
+from tpudata.dataset.block import Block, as_column, leaf_items
 from tpudata.dataset.iterator import BlockIterator, Cursor
 from tpudata.dataset.map import MapperIterator
-from tpudata.dataset.nest import flatten
+from tpudata.dataset.nest import flatten, unflatten
 from tpudata.dataset.spec import OutputChecker
 from tpudata.errors import WorkerError
 
 logger = logging.getLogger(__name__)
 
-WINDOW = 64  # input elements in flight (at least), counted across chunks
-CHUNK_MAX = 8  # elements per task at most
+WINDOW = 192  # input elements in flight (at least), counted across chunks
+CHUNK_MAX = 32  # elements per task at most
+CHUNK_BYTES = 4 << 20  # a chunk's outputs hold about this many bytes at most
 CHUNK_SECONDS = 0.01  # a chunk holds about this much of fn's work
 
-__all__ = ["CHUNK_MAX", "CHUNK_SECONDS", "ChunkApply", "ProcessMapIterator", "WINDOW"]
+__all__ = ["CHUNK_BYTES", "CHUNK_MAX", "CHUNK_SECONDS", "ChunkApply", "ProcessMapIterator", "WINDOW", "chunk_elements",
+           "chunk_of"]
+
+
+def chunk_of(block: Block) -> tuple:
+    """What the parent sends for a chunk of consecutive elements: ``("cols", tree, columns)``,
+    a numeric column as one array (one buffer in the pipe or shared memory, not a pickle per
+    element), any other column as its user-facing values (what iterating the block gives)."""
+    cols = [c if type(c) is np.ndarray and c.dtype != object else leaf_items(c)
+            for c in block.leaves]
+    return ("cols", block.tree, cols)
+
+
+def chunk_elements(chunk) -> list:
+    """The elements of a chunk: a list of elements, or what :func:`chunk_of` made."""
+    if not isinstance(chunk, tuple):
+        return chunk
+    _, tree, cols = chunk
+    items = [list(c) if type(c) is np.ndarray else c for c in cols]
+    if tree.kind == "leaf":
+        return items[0]
+    return [unflatten(tree, row) for row in zip(*items)]
 
 
 def _call(fn: Callable, element):
@@ -60,10 +89,10 @@ class ChunkApply:
         self.fn = fn
         self.skip_errors = skip_errors
 
-    def __call__(self, chunk: list):
+    def __call__(self, chunk):
         start = time.perf_counter()
         trees, rows, failed, error = [], [], [], None
-        for i, element in enumerate(chunk):
+        for i, element in enumerate(chunk_elements(chunk)):
             try:
                 out = _call(self.fn, element)
             except Exception as exc:
@@ -75,12 +104,20 @@ class ChunkApply:
             tree, leaves = flatten(out)
             trees.append(tree)
             rows.append(leaves)
-        if rows and all(t == trees[0] for t in trees):
-            cols = [as_column([r[k] for r in rows]) for k in range(trees[0].num_leaves)]
+        first = trees[0] if trees else None
+        if rows and all(t is first or t == first for t in trees):
+            cols = [_column([r[k] for r in rows]) for k in range(trees[0].num_leaves)]
             outputs = ("block", trees[0], cols, len(rows))
         else:
             outputs = ("rows", list(zip(trees, rows)))
         return outputs, failed, error, os.getpid(), time.perf_counter() - start
+
+
+def _column(values: list):
+    """A leaf's column: large arrays of one shape as :class:`~tpudata.dataset._shm.Rows` (the
+    worker's sender writes each one straight into the message: no stacking copy), else stacked
+    here (:func:`~tpudata.dataset.block.as_column`)."""
+    return Rows.fit(values) or as_column(values)
 
 
 class _Chunk:
@@ -106,7 +143,8 @@ class ProcessMapIterator(MapperIterator):
         self.workers = workers
         self.deterministic = deterministic
         self.window = int(window or max(WINDOW, 32 * workers))
-        self.chunk_max = max(1, min(CHUNK_MAX, self.window // (4 * workers)))
+        # a chunk running and one queued per worker, and room for the ones done out of order
+        self.chunk_max = max(1, min(CHUNK_MAX, self.window // (3 * workers)))
         self.skip_errors = ctx.ignore_errors
         # deterministic=False: which chunk comes next depends on timing, so a restore cannot
         # replay "snapshot + n elements"; blocks then hold at most ``want`` elements and the
@@ -115,6 +153,7 @@ class ProcessMapIterator(MapperIterator):
         self.delivered = 0
         self.mapper = None
         self.seconds_per_element: float | None = None
+        self.bytes_per_element = 0.0  # of the outputs (an average)
         self._start(skip=())
 
     def _start(self, skip) -> None:
@@ -133,31 +172,46 @@ class ProcessMapIterator(MapperIterator):
     def _chunk_size(self) -> int:
         if self.seconds_per_element is None:
             return 1
-        return max(1, min(self.chunk_max, int(CHUNK_SECONDS / max(self.seconds_per_element, 1e-7))))
+        by_time = CHUNK_SECONDS / max(self.seconds_per_element, 1e-7)
+        by_bytes = CHUNK_BYTES / max(self.bytes_per_element, 1.0)
+        return max(1, min(self.chunk_max, int(by_time), int(by_bytes)))
 
     def _chunks(self):
-        """Chunks of input elements for the workers, recording where each one starts."""
+        """Chunks of input elements for the workers, recording where each one starts: a slice
+        of the input's columns (:func:`chunk_of`), or a list of elements when some must be
+        skipped (delivered before a restore with ``deterministic=False``)."""
         while True:
             size = self._chunk_size()
             with self.lock:
                 state, p_state = self.cursor.get_state(), self.p
-                ps, elements = [], []
-                while len(ps) < size:
-                    try:
-                        element = self.cursor.next_element()
-                    except StopIteration:
-                        break
-                    p = self.p
-                    self.p += 1
-                    if p in self.out_p:  # delivered before the checkpoint (deterministic=False)
-                        continue
-                    ps.append(p)
-                    elements.append(element)
+                if any(q >= p_state for q in self.out_p):
+                    ps, chunk = self._elements(size)
+                else:
+                    block = self.cursor.take(size)
+                    ps = range(p_state, p_state + (block.n if block is not None else 0))
+                    self.p += len(ps)
+                    chunk = chunk_of(block) if ps else None
                 if not ps:
                     return
-                self.book[self.fed] = _Chunk(ps, p_state, state)
+                self.book[self.fed] = _Chunk(list(ps), p_state, state)
                 self.fed += 1
-            yield elements
+            yield chunk
+
+    def _elements(self, size: int) -> tuple[list, list]:
+        """Up to ``size`` input elements not to skip, and their numbers."""
+        ps, elements = [], []
+        while len(ps) < size:
+            try:
+                element = self.cursor.next_element()
+            except StopIteration:
+                break
+            p = self.p
+            self.p += 1
+            if p in self.out_p:  # delivered before the checkpoint (deterministic=False)
+                continue
+            ps.append(p)
+            elements.append(element)
+        return ps, elements
 
     def _open(self):
         from tpudata.dataset.procpool import ProcessMapper
@@ -217,6 +271,9 @@ class ProcessMapIterator(MapperIterator):
         with self.lock:
             self.out_p.update(chunk.ps[i] for i in dropped)
         block = self._block(outputs)
+        if block is not None:
+            per = block.nbytes / block.n
+            self.bytes_per_element = max(per, 0.7 * self.bytes_per_element + 0.3 * per)
         kept = [p for i, p in enumerate(chunk.ps) if i not in dropped]
         if error is not None:  # (no element is dropped then: ignore_errors catches them all)
             kept = chunk.ps[:error[0]]

@@ -4,7 +4,9 @@
 processes and hands back ``(position, fn(element))`` pairs, pulling its input lazily with a bounded
 number of elements in flight. Workers are started with ``forkserver`` (or ``spawn``), never
 ``fork``, so a parent that runs threads or has JAX/torch initialised is safe. numpy arrays (results,
-and large inputs) travel through shared memory (:mod:`tpudata.dataset._shm`), not through the pipe.
+and large inputs) travel through shared memory (:mod:`tpudata.dataset._shm`), not through the pipe;
+the arrays of results in up to ``LEND_SLOTS`` segments per worker are views of the segment (no
+copy: ordinary writable arrays, which the worker does not touch again until they are all gone).
 
 The parent starts no thread: the consumer's own ``next()`` sends work and collects results, and
 waits on the workers' pipes, their exit sentinels and a wake-up pipe that :meth:`close` writes to.
@@ -45,7 +47,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["ProcessMapper"]
 
 _WORKER_DEPTH = 2  # chunks a worker holds at once: one running, one waiting in its pipe
-_CHUNK_TARGET_S = 0.004  # a chunk of quick elements holds about this much work of fn
+_CHUNK_TARGET_S = 0.01  # a chunk of quick elements holds about this much work of fn
 _STOP_GRACE_S = 0.2  # close(): time for idle workers to exit before they are terminated
 _JOIN_S = 0.5  # close(): time for a terminated worker to exit before it is killed
 
@@ -63,7 +65,7 @@ class ProcessMapper:
     :meth:`imap` pulls ``elements`` lazily: at most ``max_in_flight`` (default ``2 * num_workers``)
     elements are taken and not yet yielded. With ``deterministic=True`` results come in input
     order, otherwise in completion order. A worker holds at most two messages; when ``fn`` is quick
-    (under ~4 ms) and ``max_in_flight`` leaves room, a message carries a chunk of up to
+    (under ~10 ms) and ``max_in_flight`` leaves room, a message carries a chunk of up to
     ``max_in_flight // (3 * num_workers)`` elements, so per-message costs (~50 us) are shared:
     give quick functions a ``max_in_flight`` of 32 or more.
 
@@ -330,11 +332,11 @@ class ProcessMapper:
             self._tasks[task_id] = _Task(session, first, len(chunk), worker, slot)
             worker.tasks.add(task_id)
             session.outstanding += len(chunk)
+            message = _procworker.dumps((task_id, payload, worker.results.take_freed()))
             try:
-                worker.conn.send_bytes(_procworker.dumps((task_id, payload, worker.freed)))
+                worker.conn.send_bytes(message)
             except OSError:
                 pass  # the worker died; its exit sentinel reports it
-            worker.freed = []
         return True
 
     def _wait(self, timeout: float | None = None) -> bool:
@@ -390,14 +392,9 @@ class ProcessMapper:
         session = task.session
         _, _, payload, seconds = message
         if session is not self._session:
-            _shm.discard(payload)
-            entries = None
-        else:
-            entries = worker.results.decode(payload)
-        if payload[0] == "r":
-            worker.freed.append(payload[1])  # the worker may reuse this segment
-        if entries is None:
+            worker.results.drop(payload)
             return
+        entries = worker.results.decode(payload)  # its slot returns to the worker (see _send)
         per_element = seconds / task.count
         previous = self._seconds_per_element
         self._seconds_per_element = per_element if previous is None else 0.8 * previous + 0.2 * per_element
@@ -484,7 +481,7 @@ class ProcessMapper:
 class _Worker:
     """The parent's view of a worker: its process, pipe, chunks in flight and segments."""
 
-    __slots__ = ("index", "process", "conn", "tasks", "inputs", "results", "freed")
+    __slots__ = ("index", "process", "conn", "tasks", "inputs", "results")
 
     def __init__(self, index: int, process, conn, inputs: _shm.Sender):
         self.index = index
@@ -492,8 +489,9 @@ class _Worker:
         self.conn = conn
         self.tasks: set[int] = set()
         self.inputs = inputs  # large inputs go through these segments
-        self.results = _shm.Receiver()  # the worker's result segments, mapped here
-        self.freed: list[int] = []  # result slots read since the last message to the worker
+        # the worker's result segments, mapped here; results in up to LEND_SLOTS of them are
+        # handed out as views (no copy here) and each slot goes back once they are all gone
+        self.results = _shm.Receiver(lend=_procworker.LEND_SLOTS)
 
 
 class _Task:
