@@ -193,7 +193,6 @@ static void build_shift_table(uint32_t t[4][256], size_t nbytes) {
         if (_save) PyEval_RestoreThread(_save);                         \
     }
 #define TPD_RELEASE_BYTES (64 << 10) /* framing/CRC of 64 KiB: ~5-10 us */
-#define TPD_RELEASE_RECORDS 512
 
 /* ------------------------------------------------------------------------------------------ */
 /* Buffer helpers                                                                              */
@@ -572,8 +571,7 @@ static PyObject *py_locate(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "locate: record outside the buffer");
             goto done;
         }
-    TPD_BEGIN_ALLOW_IF(n >= TPD_RELEASE_RECORDS)
-    for (Py_ssize_t i = 0; i < n * ks.n * 2; i += 2) {
+    Py_BEGIN_ALLOW_THREADS for (Py_ssize_t i = 0; i < n * ks.n * 2; i += 2) {
         locs[i] = -1;
         locs[i + 1] = 0;
     }
@@ -586,8 +584,7 @@ static PyObject *py_locate(PyObject *self, PyObject *args) {
             break;
         }
     }
-    TPD_END_ALLOW_IF
-    result = Py_BuildValue("nn", bad_rec, bad_pos);
+    Py_END_ALLOW_THREADS result = Py_BuildValue("nn", bad_rec, bad_pos);
 done:
     PyMem_Free(ks.ptr);
     PyMem_Free(ks.len);
@@ -755,8 +752,7 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     int err = E_OK, got_kind = 0;
     int64_t got_count = 0, pos = 0;
     Py_ssize_t bad_rec = -1, bad_off = -1;
-    TPD_BEGIN_ALLOW_IF(count >= TPD_RELEASE_RECORDS)
-    for (Py_ssize_t r = 0; r < count; r++) {
+    Py_BEGIN_ALLOW_THREADS for (Py_ssize_t r = 0; r < count; r++) {
         int64_t off = locs[(r * nkeys + fidx) * 2], len = locs[(r * nkeys + fidx) * 2 + 1];
         int k = KIND_NONE;
         const uint8_t *lp = NULL, *le = NULL, *bad = NULL;
@@ -823,8 +819,8 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
             pos += c;
         }
     }
-    TPD_END_ALLOW_IF
-    result = Py_BuildValue("inLLn", err, bad_rec, (long long)got_kind, (long long)got_count, bad_off);
+    Py_END_ALLOW_THREADS result =
+        Py_BuildValue("inLLn", err, bad_rec, (long long)got_kind, (long long)got_count, bad_off);
 done:
     PyBuffer_Release(&b);
     PyBuffer_Release(&locb);

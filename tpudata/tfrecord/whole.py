@@ -38,12 +38,12 @@ from tpudata.tfrecord import framing
 
 logger = logging.getLogger(__name__)
 
-_O_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 # only files up to this size are read whole: per-file costs matter for small files; larger ones
 # are better read in pipelined blocks
 MAX_WHOLE_BYTES = 1 << 20
-# records framed by the whole-file read itself (the reader frames any more)
-MAX_WHOLE_RECORDS = 4096
+# records framed by the whole-file read itself (the reader frames any more): 1 MiB of records
+# of 64 bytes or more
+MAX_WHOLE_RECORDS = 16384
 
 
 class WholeFile:
@@ -119,31 +119,30 @@ def read_whole(jobs: list[WholeFile]) -> None:
 def _read_file_pure(path: str, limit: int, max_records: int, verify: bool):
     """Reference for one path of ``_native.read_files`` (same result)."""
     try:
-        fd = os.open(path, _O_FLAGS)
+        f = open(path, "rb", buffering=0)
     except OSError:
         return None
-    try:
-        st = os.fstat(fd)
+    with f:
+        try:
+            st = os.fstat(f.fileno())
+        except OSError:
+            return None
         if not stat.S_ISREG(st.st_mode) or not 0 < st.st_size <= limit:
             return None
         buf = bytearray(st.st_size)
         cap = max(1, min(max_records, st.st_size // 16 + 1))
         offs, lens = bytearray(cap * 8), bytearray(cap * 8)
-        mv = memoryview(buf)
         filled = 0
-        while filled < len(buf):
-            try:
-                n = os.preadv(fd, [mv[filled:]], filled)
-            except InterruptedError:
-                continue
-            except OSError as exc:
-                filled = -(exc.errno or 5)
-                break
-            if not n:
-                break
-            filled += n
-    finally:
-        os.close(fd)
+        with memoryview(buf) as mv:
+            while filled < len(buf):
+                try:
+                    n = f.readinto(mv[filled:])
+                except OSError as exc:
+                    filled = -(exc.errno or 5)
+                    break
+                if not n:
+                    break
+                filled += n
     if filled <= 0:
         return buf, filled, 0, 0, 0, -1, 12 if filled == 0 else 0, offs, lens
     count, pos, err, err_offset, need = framing.scan_pure(
