@@ -12,7 +12,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 # (Re)install whenever the packaging or the C accelerator changes.
-$(STAMP): pyproject.toml setup.py tpudata/_native.c tpudata/image/_imgkernel.c | $(BIN)/python
+$(STAMP): pyproject.toml setup.py tpudata/_native.c tpudata/_native_example.c tpudata/image/_imgkernel.c | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[test]'
 	@touch $@
 
@@ -24,7 +24,7 @@ test: $(STAMP)
 # The torch / JAX / grain bridges' tests: installs torch (~5 GB with its CUDA libraries, ~3 min
 # fresh), torchdata, jax (CPU) and grain into the same venv. `make test` skips these tests
 # when the frameworks are absent.
-$(FSTAMP): pyproject.toml setup.py tpudata/_native.c | $(STAMP)
+$(FSTAMP): pyproject.toml setup.py tpudata/_native.c tpudata/_native_example.c | $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[test,test-frameworks]'
 	@touch $@
 

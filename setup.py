@@ -11,6 +11,7 @@ setup(
         Extension(
             "tpudata._native",
             sources=["tpudata/_native.c"],
+            depends=["tpudata/_native_example.c"],  # included by _native.c
             extra_compile_args=["-O3", "-std=c99", "-fno-strict-aliasing"],
             optional=True,
         ),
