@@ -4,6 +4,8 @@
            list_files -> interleave(TFRecordDataset, cycle_length=4, parallel) -> batch(128) ->
            parse -> prefetch, tpudata against tf.data (subprocess; TF_PYTHON=/path/to/python
            picks the interpreter that has TensorFlow) in the same run.
+  filesb   the same over 1 / 16 / 256 files of workload B (768,000 105-byte Examples, batches of
+           1024): many small files of tiny records (not in the default set).
   nondet   16 sub-datasets, one slow (5 ms per element, the others 0.2 ms): parallel interleave
            with deterministic=True against False.
   map      user code element by element: calls made by range(100_000).map(f).take(3); first
@@ -43,21 +45,31 @@ TOTAL_BYTES = 100 << 20
 
 
 # -- files ----------------------------------------------------------------------------------------
-def make_files(directory: str, n: int) -> str:
-    d = os.path.join(directory, f"files_{n}")
+TOTAL_B_RECORDS = 768_000  # workload B: ~80 MB of 105-byte Examples
+
+
+def make_files(directory: str, n: int, workload: str = "A") -> str:
+    if workload == "A":
+        d, stem = os.path.join(directory, f"files_{n}"), "a"
+    else:
+        d, stem = os.path.join(directory, f"files_b_{n}"), "b"
     os.makedirs(d, exist_ok=True)
     for s in range(n):
-        path = os.path.join(d, f"a-{s:05d}-of-{n:05d}")
+        path = os.path.join(d, f"{stem}-{s:05d}-of-{n:05d}")
         if not os.path.exists(path):
-            bench_read.make_a(path, target_bytes=TOTAL_BYTES // n, seed=1000 * n + s)
-    return os.path.join(d, "a-*")
+            if workload == "A":
+                bench_read.make_a(path, target_bytes=TOTAL_BYTES // n, seed=1000 * n + s)
+            else:
+                bench_read.make_b(path, n=TOTAL_B_RECORDS // n, seed=1000 * n + s)
+    return os.path.join(d, f"{stem}-*")
 
 
-def files_pipeline(pattern: str):
-    spec = bench_read.spec_of("A")
+def files_pipeline(pattern: str, workload: str = "A"):
+    spec = bench_read.spec_of(workload)
+    batch = bench_read.WORKLOADS[workload]["batch"]
     return (Dataset.list_files(pattern, shuffle=False)
             .interleave(lambda f: TFRecordDataset(f), cycle_length=4, num_parallel_calls=AUTOTUNE)
-            .batch(128, drop_remainder=True).parse(spec).prefetch(2))
+            .batch(batch, drop_remainder=True).parse(spec).prefetch(2))
 
 
 def time_tpudata(make, repeat: int) -> tuple[float, int, float]:
@@ -68,7 +80,7 @@ def time_tpudata(make, repeat: int) -> tuple[float, int, float]:
         n = 0
         with make().iterator() as it:
             for b in it:
-                n += len(b["image/class/label"])
+                n += len(next(iter(b.values())))
         if epoch:
             best = min(best, time.perf_counter() - t0)
             cpu = min(cpu, time.process_time() - c0)
@@ -79,21 +91,21 @@ TF_FILES = textwrap.dedent("""
     import json, os, sys, time
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
     import tensorflow as tf
-    pattern, repeat = sys.argv[1], int(sys.argv[2])
-    spec = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
-            "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
+    pattern, repeat, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    types = {"bytes": tf.string, "float32": tf.float32, "int64": tf.int64}
+    spec = {k: tf.io.FixedLenFeature(shape, types[t]) for k, (t, shape) in json.loads(sys.argv[4]).items()}
     AUTO = tf.data.AUTOTUNE
     ds = (tf.data.Dataset.list_files(pattern, shuffle=False)
           .interleave(lambda f: tf.data.TFRecordDataset(f, buffer_size=8 << 20), cycle_length=4,
                       num_parallel_calls=AUTO)
-          .batch(128, drop_remainder=True)
+          .batch(batch, drop_remainder=True)
           .map(lambda x: tf.io.parse_example(x, spec), num_parallel_calls=AUTO)
           .prefetch(AUTO))
     times, cpus = [], []
     for epoch in range(repeat + 1):
         t0, c0 = time.perf_counter(), time.process_time(); n = 0
         for out in ds:
-            n += int(out["image/class/label"].shape[0])
+            n += int(next(iter(out.values())).shape[0])
         if epoch:
             times.append(time.perf_counter() - t0)
             cpus.append(time.process_time() - c0)
@@ -101,32 +113,40 @@ TF_FILES = textwrap.dedent("""
 """)
 
 
-def bench_files(args) -> dict:
+def bench_files(args, workload: str = "A") -> dict:
     rows = {}
+    w = bench_read.WORKLOADS[workload]
+    label = "files" if workload == "A" else "files B"
     for n in (1, 16, 256):
-        pattern = make_files(args.dir, n)
+        pattern = make_files(args.dir, n, workload)
         size = sum(os.path.getsize(p) for p in tpudata.storage.glob(pattern))
-        ours, count, cpu = time_tpudata(lambda: files_pipeline(pattern), args.repeat)
-        tf_res = None if args.no_tf else bench_read.run_tf_script(TF_FILES, [pattern, str(args.repeat)])
+        ours, count, cpu = time_tpudata(lambda: files_pipeline(pattern, workload), args.repeat)
+        tf_res = None if args.no_tf else bench_read.run_tf_script(
+            TF_FILES, [pattern, str(args.repeat), str(w["batch"]), json.dumps(w["spec"])])
         row = {"files": n, "records": count, "tpudata_GBps": size / ours / 1e9, "tpudata_cpu_s": cpu}
-        line = (f"files {n:4d}: {count} records {size / 1e6:.0f} MB | tpudata {size / ours / 1e9:.2f} GB/s "
-                f"({cpu:.3f} CPU s)")
+        line = (f"{label} {n:4d}: {count} records {size / 1e6:.0f} MB | tpudata {size / ours / 1e9:.2f} GB/s "
+                f"{count / ours / 1e6:.2f} M rec/s ({cpu:.3f} CPU s)")
         if tf_res:
             theirs, tcpu = min(tf_res["times"]), min(tf_res["cpus"])
             row.update(tf_GBps=size / theirs / 1e9, ratio=theirs / ours, tf_cpu_s=tcpu,
                        cpu_ratio=tcpu / cpu)
-            line += (f" | TensorFlow {tf_res['version']} {size / theirs / 1e9:.2f} GB/s ({tcpu:.3f} CPU s)"
+            line += (f" | TensorFlow {tf_res['version']} {size / theirs / 1e9:.2f} GB/s "
+                     f"{count / theirs / 1e6:.2f} M rec/s ({tcpu:.3f} CPU s)"
                      f" | ratio {theirs / ours:.2f}x, CPU-time ratio {tcpu / cpu:.2f}x")
         print(line, flush=True)
         rows[n] = row
     slow = rows[1]["tpudata_GBps"] / rows[256]["tpudata_GBps"]
-    line = (f"files: 1 -> 256 files slows tpudata {slow:.2f}x "
+    line = (f"{label}: 1 -> 256 files slows tpudata {slow:.2f}x "
             f"(CPU time {rows[256]['tpudata_cpu_s'] / rows[1]['tpudata_cpu_s']:.2f}x)")
     if "tf_GBps" in rows[1]:
         line += (f", TensorFlow {rows[1]['tf_GBps'] / rows[256]['tf_GBps']:.2f}x "
                  f"(CPU time {rows[256]['tf_cpu_s'] / rows[1]['tf_cpu_s']:.2f}x)")
     print(line, flush=True)
     return rows
+
+
+def bench_filesb(args) -> dict:
+    return bench_files(args, "B")
 
 
 # -- nondet ---------------------------------------------------------------------------------------
@@ -284,7 +304,7 @@ def bench_cache(args) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", nargs="+", default=["files", "nondet", "map", "cache", "shuffle"],
-                    choices=["files", "nondet", "map", "cache", "shuffle"])
+                    choices=["files", "filesb", "nondet", "map", "cache", "shuffle"])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "tpudata-bench"))
     ap.add_argument("--no-tf", action="store_true")
