@@ -186,7 +186,7 @@ class _FilesIterator(BlockIterator):
         self.files = files
         self.open_file = open_file
         self.whole_job = whole_job  # (TFRecord files) path -> WholeFile or None
-        self.whole = None  # the first file, opened for a whole-file read by a pool
+        self.whole = None  # the only file's whole-file read, done by a pool (prepare_whole)
         self.file = 0
         self.offset = 0
         self.gen = None
@@ -205,7 +205,7 @@ class _FilesIterator(BlockIterator):
         while self.file < len(self.files):
             if self.gen is None:
                 whole, self.whole = self.whole, None
-                if whole is not None and whole.done and self.file == 0 and self.offset == 0:
+                if whole is not None and whole.done:  # (set only at file 0, offset 0)
                     self.gen = self.open_file(self.files[0], 0, whole)
                 else:
                     self.gen = self.open_file(self.files[self.file], self.offset)
@@ -297,7 +297,8 @@ class _TFRecordFiles(_RecordFilesDataset):
         return True
 
     def _whole_job(self, path: str):
-        """``path`` opened for a whole-file read, when it qualifies (see ``prepare_whole``)."""
+        """A whole-file read of ``path``, unless these options rule it out (see
+        ``prepare_whole``)."""
         o = self.options
         if o["use_mmap"] or normalize_compression(o["compression"]) not in (None, ""):
             return None

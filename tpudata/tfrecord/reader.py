@@ -328,7 +328,6 @@ class TFRecordFileReader:
             self.compression = ""
         first = framing.ScanResult(job.count, job.pos, job.err, job.err_offset, job.need,
                                    job.offsets[: job.count], job.lengths[: job.count])
-        self._known_size = job.size
         buf, job.buf = job.buf, None  # the batches hold it now, and no longer than they live
         return buf, job.nread, first
 
@@ -355,10 +354,10 @@ class TFRecordFileReader:
     def _batches(self, src, buf: np.ndarray | None = None, filled: int = 0,
                  first: framing.ScanResult | None = None) -> Iterator[RecordBatch]:
         """Frame ``src``'s bytes; or, with ``buf``, a whole file read already (``filled``
-        bytes from byte 0, framed as far as ``first`` says)."""
+        bytes from byte 0 of a file of ``len(buf)`` bytes, framed as far as ``first`` says)."""
         bufsize = self.buffer_size
         if buf is not None:
-            known_size, eof = self._known_size, True
+            known_size, eof = len(buf), True
         else:
             known_size, eof = (src.size if not self.compression else None), False
             if known_size is not None:  # a small file gets a buffer of its size, not buffer_size
@@ -377,19 +376,8 @@ class TFRecordFileReader:
                     filled += n
                 else:
                     eof = True
-            if first is not None:  # framed by the whole-file read: deliver, then go on from there
-                if first.count:
-                    self.offset = base + first.pos
-                    self.records_read += first.count
-                    yield RecordBatch(buf, first.offsets, first.lengths, self.url, base)
-                if first.err != framing.OK:
-                    return self._fail(CorruptRecordError, "corrupted", base + first.err_offset)
-                pos, need, bad = first.pos, first.need, None
-                if not need and pos < filled:  # it stopped at its capacity: frame the rest
-                    pos, need, bad = yield from self._scan_window(buf, pos, filled, base)
-                first = None
-            else:
-                pos, need, bad = yield from self._scan_window(buf, 0, filled, base)
+            pos, need, bad = yield from self._scan_window(buf, 0, filled, base, first)
+            first = None
             if bad is not None:
                 return self._fail(CorruptRecordError, "corrupted", bad)
             if source_error is not None:  # TensorFlow's offset: the first record not delivered
@@ -415,11 +403,18 @@ class TFRecordFileReader:
             new[:tail] = buf[pos:filled]
             buf, filled, base = new, tail, base + pos
 
-    def _scan_window(self, buf, pos: int, end: int, base: int):
-        """Frame ``buf[pos:end]``: yields batches, then returns ``(pos, need, error)``."""
+    def _scan_window(self, buf, pos: int, end: int, base: int,
+                     first: framing.ScanResult | None = None):
+        """Frame ``buf[pos:end]``: yields batches, then returns ``(pos, need, error)``.
+        ``first``: the framing of its start, done already (a whole-file read)."""
         while True:
-            cap = min(self.max_batch_records, (end - pos) // framing.OVERHEAD + 1)
-            res = framing.scan(buf, pos, end, self.verify, cap)
+            if first is not None:
+                res, first = first, None
+                full = res.need == 0  # (with no error: it stopped at its capacity)
+            else:
+                cap = min(self.max_batch_records, (end - pos) // framing.OVERHEAD + 1)
+                res = framing.scan(buf, pos, end, self.verify, cap)
+                full = res.need == 0 and res.count == cap
             if res.count:
                 self.offset = base + res.pos
                 self.records_read += res.count
@@ -427,7 +422,7 @@ class TFRecordFileReader:
             pos = res.pos
             if res.err != framing.OK:
                 return pos, 0, base + res.err_offset
-            if res.need == 0 and res.count == cap and pos < end:
+            if full and pos < end:
                 continue  # capacity reached: frame the rest
             return pos, res.need, None
 

@@ -48,13 +48,12 @@ MAX_WHOLE_RECORDS = 16384
 
 class WholeFile:
     """One file to read whole. After :func:`read_whole` (``done``): ``declined`` (it does not
-    qualify: read it the general way), or ``nread`` bytes in ``buf`` (``nread`` < 0: the read
-    failed with that -errno) of a file of ``size`` bytes, the first ``count`` records framed in
+    qualify: read it the general way), or ``nread`` bytes in ``buf`` (a buffer of the file's
+    size; ``nread`` < 0: the read failed with that -errno), the first ``count`` records framed in
     ``offsets``/``lengths``, and ``framing.scan``'s ``pos``, ``err``, ``err_offset``, ``need``."""
 
-    __slots__ = ("url", "path", "limit", "verify", "max_records", "done", "declined", "size",
-                 "buf", "offsets", "lengths", "nread", "count", "pos", "err", "err_offset",
-                 "need")
+    __slots__ = ("url", "path", "limit", "verify", "max_records", "done", "declined", "buf",
+                 "offsets", "lengths", "nread", "count", "pos", "err", "err_offset", "need")
 
     def __init__(self, url: str, limit: int, verify: bool = True,
                  max_records: int = MAX_WHOLE_RECORDS):
@@ -65,7 +64,7 @@ class WholeFile:
         self.max_records = int(max_records)
         self.done = self.declined = False
         self.buf = self.offsets = self.lengths = None
-        self.size = self.nread = self.count = self.pos = self.err = self.need = 0
+        self.nread = self.count = self.pos = self.err = self.need = 0
         self.err_offset = -1
 
     def fits(self) -> bool:
@@ -110,7 +109,6 @@ def read_whole(jobs: list[WholeFile]) -> None:
             else:
                 buf, j.nread, j.count, j.pos, j.err, j.err_offset, j.need, offs, lens = res
                 j.buf = np.frombuffer(buf, dtype=np.uint8)
-                j.size = len(j.buf)
                 j.offsets = np.frombuffer(offs, dtype=np.int64)
                 j.lengths = np.frombuffer(lens, dtype=np.int64)
             j.done = True
