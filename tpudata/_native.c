@@ -193,7 +193,7 @@ static void build_shift_table(uint32_t t[4][256], size_t nbytes) {
 #define TPD_END_ALLOW_IF                                                \
         if (_save) PyEval_RestoreThread(_save);                         \
     }
-#define TPD_RELEASE_BYTES (64 << 10) /* framing/CRC of 64 KiB: ~5-10 us */
+#define TPD_RELEASE_BYTES (64 << 10) /* CRC/framing of 64 KiB: ~5-10 us */
 
 /* ------------------------------------------------------------------------------------------ */
 /* Buffer helpers                                                                              */
@@ -216,12 +216,9 @@ static PyObject *py_crc32c(PyObject *self, PyObject *args) {
     uint32_t r;
     const uint8_t *p = (const uint8_t *)b.buf;
     size_t n = (size_t)b.len;
-    if (n > 65536) {
-        Py_BEGIN_ALLOW_THREADS r = ~crc_raw(~(uint32_t)value, p, n);
-        Py_END_ALLOW_THREADS
-    } else {
-        r = ~crc_raw(~(uint32_t)value, p, n);
-    }
+    TPD_BEGIN_ALLOW_IF(n > TPD_RELEASE_BYTES)
+    r = ~crc_raw(~(uint32_t)value, p, n);
+    TPD_END_ALLOW_IF
     PyBuffer_Release(&b);
     return PyLong_FromUnsignedLong(r);
 }
