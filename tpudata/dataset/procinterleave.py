@@ -24,13 +24,13 @@ import threading
 from typing import Callable
 
 from tpudata.dataset.iterator import DEFAULT_WANT, BlockIterator, Cancelled, IterContext
+from tpudata.dataset.reader_pool import END, hand_over
 from tpudata.dataset.state import from_jsonable, jsonable
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ProcessReader", "ProcessReaderPool", "SubDatasetServer"]
 
-_END = object()
 
 
 def _options_args(options) -> tuple:
@@ -174,7 +174,7 @@ class ProcessReader(BlockIterator):
         self.path = tuple(path)
         self.sid, self.worker = pool.assign()
         self.max_blocks = 2
-        self.items: collections.deque = collections.deque()  # (block | _END | error, state)
+        self.items: collections.deque = collections.deque()  # (block | END | error, state)
         self.outstanding = 0  # reads sent and not answered (this generation)
         self.generation = 0
         self.opened = False
@@ -215,7 +215,7 @@ class ProcessReader(BlockIterator):
             return
         if kind == "read":
             block, after = value
-            self.items.append((_END if block is None else block, after))
+            self.items.append((END if block is None else block, after))
             if block is None:
                 self.producer_done = True
 
@@ -235,15 +235,10 @@ class ProcessReader(BlockIterator):
         while not self.items:
             self.pool.pump(None)
         item, after = self.items.popleft()
-        if isinstance(item, BaseException):
-            self.finished = True
-            raise item
-        self.state = after
-        if item is _END:
-            self.finished = True
-            return None
-        self._schedule()
-        return item
+        block = hand_over(self, item, after)
+        if block is not None:
+            self._schedule()
+        return block
 
     def get_state(self):
         return self.state

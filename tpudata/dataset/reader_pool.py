@@ -26,13 +26,27 @@ from tpudata.tfrecord.whole import read_whole
 
 logger = logging.getLogger(__name__)
 
-_END = object()
+END = object()  # the item a read-ahead reader queues at its end (reader_pool, procinterleave)
 # a reader holding less than this reads one more block beyond ``max_blocks`` in the same task,
 # so a small file's end (or its next small block) needs no second hand-off
 READ_THROUGH_BYTES = 1 << 20
 # whole small files are read in runs of at least this many per pool task (one native call each)
 MIN_WHOLE_GROUP = 4
 _pool_ids = itertools.count()
+
+
+def hand_over(reader, item, after):
+    """What a read-ahead reader's ``next()`` returns for an item it took: the block (its
+    ``state`` becomes ``after``), None at the end (``END``), or the error raised; ``finished``
+    is set at the end and on an error."""
+    if isinstance(item, BaseException):
+        reader.finished = True
+        raise item
+    reader.state = after
+    if item is END:
+        reader.finished = True
+        return None
+    return item
 
 
 class ReaderPool:
@@ -168,7 +182,7 @@ class PooledReader(BlockIterator):
                 self.it.want = DEFAULT_WANT  # a sub-dataset may run user code: modest blocks
                 block = self.it.next()
                 after = self.it.get_state()
-                item = (_END if block is None else block, after,
+                item = (END if block is None else block, after,
                         0 if block is None else block.nbytes)
             except BaseException as exc:  # surfaces in the consumer with this traceback
                 item = (exc, None, 0)
@@ -179,7 +193,7 @@ class PooledReader(BlockIterator):
                     break
                 self.items.append(item)
                 self.bytes += item[2]
-                if item[0] is _END or isinstance(item[0], BaseException):
+                if item[0] is END or isinstance(item[0], BaseException):
                     self.producer_done = True
                 self.cond.notify_all()
                 if self._has_room() and not self.pool._stopping():
@@ -204,20 +218,13 @@ class PooledReader(BlockIterator):
                 wait_for(self.cond, lambda: self.items, self.pool.ctx)
             item, after, nbytes = self.items.popleft()
             self.bytes -= nbytes
-            if self.items and self.items[0][0] is _END and item is not _END:
+            if self.items and self.items[0][0] is END and item is not END:
                 # a small file's end came with its last block: no second hand-off for it
                 self.end_state = self.items.popleft()[1]
                 self.finished = True
             else:
                 self._schedule()
-        if isinstance(item, BaseException):
-            self.finished = True
-            raise item
-        self.state = after
-        if item is _END:
-            self.finished = True
-            return None
-        return item
+        return hand_over(self, item, after)
 
     def get_state(self):
         return self.state
@@ -400,4 +407,4 @@ class WholeFileReader(BlockIterator):
             self.it.close()
 
 
-__all__ = ["PooledReader", "ReaderPool", "WholeFileReader"]
+__all__ = ["END", "PooledReader", "ReaderPool", "WholeFileReader", "hand_over"]
