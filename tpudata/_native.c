@@ -10,8 +10,9 @@
  *   read_files(paths, max_size, max_recs, v)   whole small files read and framed (whole.py)
  *   frame(records)                             TFRecord framing of a sequence of buffers
  *   split(buf, offs, lens)                     list of bytes objects for slices of buf
- *   locate(buf, offs, lens, keys, locs)        Example -> location of each wanted Feature
- *   decode(buf, locs, nkeys, fidx, kind, mode, n, out, aux)   Feature values into arrays
+ *   locate(buf, offs, lens, keys, locs[, bidx])   Example -> location of each wanted Feature
+ *   decode(buf, locs, nkeys, fidx, kind, mode, n, out, aux[, bidx])   Feature values into arrays
+ *     (buf: one buffer, or a tuple of buffers with bidx, int32 per record: which one holds it)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -556,9 +557,9 @@ static PyMethodDef methods[] = {
     {"find_frame", py_find_frame, METH_VARARGS, "find_frame(buf, pos, end) -> offset or -1"},
     {"split", py_split, METH_VARARGS, "split(buf, offsets, lengths) -> list of bytes"},
     {"locate", py_locate, METH_VARARGS,
-     "locate(buf, offsets, lengths, keys, locs) -> (bad_record, bad_position)"},
+     "locate(buf, offsets, lengths, keys, locs[, bidx]) -> (bad_record, bad_position)"},
     {"decode", py_decode, METH_VARARGS,
-     "decode(buf, locs, nkeys, fidx, kind, mode, n, out, aux) -> (err, rec, kind, count, off)"},
+     "decode(buf, locs, nkeys, fidx, kind, mode, n, out, aux[, bidx]) -> (err, rec, kind, count, off)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_native",

@@ -123,14 +123,90 @@ static const uint8_t *locate_one(const uint8_t *base, const uint8_t *p, const ui
     return NULL;
 }
 
+/* The records' buffers: one bytes-like object, or a tuple of them with bidx (int32 per record:
+ * which buffer holds it), so a batch gathered from many read buffers parses in one call. */
+typedef struct {
+    Py_buffer *views;
+    Py_ssize_t nb, nviews;
+    int32_t *bidx; /* a private copy (checked once); NULL: every record is in views[0] */
+} bufset_t;
+
+static void bufset_release(bufset_t *s) {
+    for (Py_ssize_t k = 0; k < s->nviews; k++) PyBuffer_Release(&s->views[k]);
+    PyMem_Free(s->views);
+    PyMem_Free(s->bidx);
+    memset(s, 0, sizeof(*s));
+}
+
+/* Fills s from (bufo, bidxo) for n records; returns 0, or -1 with an exception set. */
+static int bufset_get(PyObject *bufo, PyObject *bidxo, Py_ssize_t n, bufset_t *s, const char *fn) {
+    memset(s, 0, sizeof(*s));
+    int multi = PyTuple_Check(bufo);
+    if (multi != (bidxo != NULL && bidxo != Py_None)) {
+        PyErr_Format(PyExc_TypeError, "%s: a tuple of buffers needs bidx, one buffer takes none", fn);
+        return -1;
+    }
+    s->nb = multi ? PyTuple_GET_SIZE(bufo) : 1;
+    s->views = PyMem_Calloc(s->nb ? s->nb : 1, sizeof(Py_buffer));
+    if (!s->views) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < s->nb; k++) {
+        PyObject *o = multi ? PyTuple_GET_ITEM(bufo, k) : bufo;
+        if (PyObject_GetBuffer(o, &s->views[k], PyBUF_SIMPLE) < 0) {
+            bufset_release(s);
+            return -1;
+        }
+        s->nviews = k + 1;
+    }
+    if (!multi) return 0;
+    Py_buffer ib;
+    if (PyObject_GetBuffer(bidxo, &ib, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        bufset_release(s);
+        return -1;
+    }
+    const char *fmt = ib.format ? ib.format : "B";
+    size_t fl = strlen(fmt);
+    int ok = ib.itemsize == 4 && fl && fmt[fl - 1] == 'i' && ib.len == n * 4;
+    if (ok) {
+        s->bidx = PyMem_Malloc(n ? (size_t)n * 4 : 1);
+        if (s->bidx) memcpy(s->bidx, ib.buf, (size_t)n * 4);
+    }
+    PyBuffer_Release(&ib);
+    if (!ok) {
+        PyErr_Format(PyExc_ValueError, "%s: bidx must be an int32 array with one entry per record", fn);
+        bufset_release(s);
+        return -1;
+    }
+    if (!s->bidx) {
+        bufset_release(s);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (s->bidx[i] < 0 || s->bidx[i] >= s->nb) {
+            PyErr_Format(PyExc_ValueError, "%s: bidx[%zd] = %d names no given buffer", fn, i,
+                         (int)s->bidx[i]);
+            bufset_release(s);
+            return -1;
+        }
+    return 0;
+}
+
+static inline const Py_buffer *bufset_at(const bufset_t *s, Py_ssize_t i) {
+    return &s->views[s->bidx ? s->bidx[i] : 0];
+}
+
 static PyObject *py_locate(PyObject *self, PyObject *args) {
-    Py_buffer b, ob, lb, locb;
-    PyObject *keys, *loco;
-    if (!PyArg_ParseTuple(args, "y*y*y*O!O", &b, &ob, &lb, &PyTuple_Type, &keys, &loco))
+    Py_buffer ob, lb, locb;
+    PyObject *bufo, *keys, *loco, *bidxo = NULL;
+    bufset_t bs = {0};
+    if (!PyArg_ParseTuple(args, "Oy*y*O!O|O", &bufo, &ob, &lb, &PyTuple_Type, &keys, &loco, &bidxo))
         return NULL;
     PyObject *result = NULL;
     keyset_t ks = {NULL, NULL, PyTuple_GET_SIZE(keys)};
-    int have_loc = 0;
+    int have_loc = 0, have_bs = 0;
     if (get_wbuf(loco, &locb, "locs") < 0) goto done;
     have_loc = 1;
     Py_ssize_t n = ob.len / 8;
@@ -138,6 +214,8 @@ static PyObject *py_locate(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "locate: array sizes do not match");
         goto done;
     }
+    if (bufset_get(bufo, bidxo, n, &bs, "locate") < 0) goto done;
+    have_bs = 1;
     ks.ptr = PyMem_Calloc(ks.n ? ks.n : 1, sizeof(uint8_t *));
     ks.len = PyMem_Calloc(ks.n ? ks.n : 1, sizeof(Py_ssize_t));
     if (!ks.ptr || !ks.len) {
@@ -153,20 +231,22 @@ static PyObject *py_locate(PyObject *self, PyObject *args) {
         ks.ptr[i] = (const uint8_t *)PyBytes_AS_STRING(k);
         ks.len[i] = PyBytes_GET_SIZE(k);
     }
-    const uint8_t *base = (const uint8_t *)b.buf;
     const int64_t *offs = (const int64_t *)ob.buf, *lens = (const int64_t *)lb.buf;
     int64_t *locs = (int64_t *)locb.buf;
     Py_ssize_t bad_rec = -1, bad_pos = -1;
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (offs[i] < 0 || lens[i] < 0 || offs[i] > b.len || lens[i] > b.len - offs[i]) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t blen = bufset_at(&bs, i)->len;
+        if (offs[i] < 0 || lens[i] < 0 || offs[i] > blen || lens[i] > blen - offs[i]) {
             PyErr_SetString(PyExc_ValueError, "locate: record outside the buffer");
             goto done;
         }
+    }
     Py_BEGIN_ALLOW_THREADS for (Py_ssize_t i = 0; i < n * ks.n * 2; i += 2) {
         locs[i] = -1;
         locs[i + 1] = 0;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
+        const uint8_t *base = (const uint8_t *)bufset_at(&bs, i)->buf;
         const uint8_t *bad =
             locate_one(base, base + offs[i], base + offs[i] + lens[i], &ks, locs + i * ks.n * 2);
         if (bad) {
@@ -179,7 +259,7 @@ static PyObject *py_locate(PyObject *self, PyObject *args) {
 done:
     PyMem_Free(ks.ptr);
     PyMem_Free(ks.len);
-    PyBuffer_Release(&b);
+    if (have_bs) bufset_release(&bs);
     PyBuffer_Release(&ob);
     PyBuffer_Release(&lb);
     if (have_loc) PyBuffer_Release(&locb);
@@ -291,22 +371,24 @@ static int list_values(const uint8_t *base, const uint8_t *p, const uint8_t *e, 
     return E_OK;
 }
 
-/* decode(buf, locs, nkeys, fidx, kind, mode, n, out, aux)
+/* decode(buf, locs, nkeys, fidx, kind, mode, n, out, aux[, bidx])
  *   -> (err, record, got_kind, got_count, bad_offset)
  * mode 0 (fixed): out holds count*n values; aux is uint8 present[count] (0 = missing/unset kind).
  * mode 1 (count): aux is int64 counts[count]; out is None.
  * mode 2 (fill):  out holds sum(counts) values; aux is the int64 counts from mode 1.
- * Bytes values are written as (offset, length) int64 pairs into buf. */
+ * Bytes values are written as (offset, length) int64 pairs into the record's buffer. buf and
+ * bidx: as for locate. */
 static PyObject *py_decode(PyObject *self, PyObject *args) {
-    Py_buffer b, locb, outb = {0}, auxb = {0};
+    Py_buffer locb, outb = {0}, auxb = {0};
     Py_ssize_t nkeys, fidx, n;
     int kind, mode;
-    PyObject *outo, *auxo;
-    if (!PyArg_ParseTuple(args, "y*y*nniinOO", &b, &locb, &nkeys, &fidx, &kind, &mode, &n, &outo,
-                          &auxo))
+    PyObject *bufo, *outo, *auxo, *bidxo = NULL;
+    bufset_t bs = {0};
+    if (!PyArg_ParseTuple(args, "Oy*nniinOO|O", &bufo, &locb, &nkeys, &fidx, &kind, &mode, &n,
+                          &outo, &auxo, &bidxo))
         return NULL;
     PyObject *result = NULL;
-    int have_out = 0, have_aux = 0;
+    int have_out = 0, have_aux = 0, have_bs = 0;
     if (outo != Py_None) {
         if (get_wbuf(outo, &outb, "out") < 0) goto done;
         have_out = 1;
@@ -319,6 +401,8 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
         goto done;
     }
     Py_ssize_t count = locb.len / (nkeys * 16);
+    if (bufset_get(bufo, bidxo, count, &bs, "decode") < 0) goto done;
+    have_bs = 1;
     Py_ssize_t vsize = kind == KIND_FLOAT ? 4 : kind == KIND_INT64 ? 8 : 16;
     if (mode == 0 && (!have_out || outb.len < count * n * vsize || auxb.len < count)) {
         PyErr_SetString(PyExc_ValueError, "decode: output arrays too small");
@@ -337,7 +421,6 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    const uint8_t *base = (const uint8_t *)b.buf;
     const int64_t *locs = (const int64_t *)locb.buf;
     uint8_t *out = have_out ? (uint8_t *)outb.buf : NULL;
     int err = E_OK, got_kind = 0;
@@ -345,10 +428,12 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     Py_ssize_t bad_rec = -1, bad_off = -1;
     Py_BEGIN_ALLOW_THREADS for (Py_ssize_t r = 0; r < count; r++) {
         int64_t off = locs[(r * nkeys + fidx) * 2], len = locs[(r * nkeys + fidx) * 2 + 1];
+        const Py_buffer *b = bufset_at(&bs, r);
+        const uint8_t *base = (const uint8_t *)b->buf;
         int k = KIND_NONE;
         const uint8_t *lp = NULL, *le = NULL, *bad = NULL;
         int64_t c = 0;
-        if (off >= 0 && (off > b.len || len > b.len - off)) {
+        if (off >= 0 && (len < 0 || off > b->len || len > b->len - off)) {
             err = E_MALFORMED;
             bad_off = off;
             bad_rec = r;
@@ -413,7 +498,7 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS result =
         Py_BuildValue("inLLn", err, bad_rec, (long long)got_kind, (long long)got_count, bad_off);
 done:
-    PyBuffer_Release(&b);
+    if (have_bs) bufset_release(&bs);
     PyBuffer_Release(&locb);
     if (have_out) PyBuffer_Release(&outb);
     if (have_aux) PyBuffer_Release(&auxb);

@@ -19,7 +19,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from tpudata.example.parse import VarLenValues
-from tpudata.tfrecord.batch import RecordBatch
+from tpudata.tfrecord.batch import MultiBatch, RecordBatch
 from tpudata.tfrecord.framing import split
 
 
@@ -40,7 +40,10 @@ class RecordColumn:
         self.lengths = lengths
 
     @classmethod
-    def from_batch(cls, batch: RecordBatch) -> "RecordColumn":
+    def from_batch(cls, batch: RecordBatch | MultiBatch) -> "RecordColumn":
+        if isinstance(batch, MultiBatch):
+            return cls(list(batch.buffers), batch.sources, batch.bidx, batch.offsets,
+                       batch.lengths)
         base = batch.base_offset if batch.framed else None
         return cls([batch.buffer], [(batch.path, base)], None, batch.offsets, batch.lengths)
 
@@ -98,6 +101,12 @@ class RecordColumn:
                                       else p for p in idx_parts])
         return cls(buffers, sources, buf_idx, np.concatenate([c.offsets for c in cols]),
                    np.concatenate([c.lengths for c in cols]))
+
+    def as_batch(self) -> RecordBatch | MultiBatch:
+        """The records for one parse pass: a RecordBatch of the one buffer, else a MultiBatch."""
+        if self.buf_idx is None:
+            return self._batch(0, self.offsets, self.lengths)
+        return MultiBatch(self.buffers, self.buf_idx, self.offsets, self.lengths, self.sources)
 
     def groups(self) -> Iterator[tuple[RecordBatch, np.ndarray | None]]:
         """``(RecordBatch, positions)`` per buffer (positions None: the whole column, in order)."""

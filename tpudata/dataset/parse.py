@@ -10,16 +10,15 @@ from __future__ import annotations
 import numpy as np
 
 from tpudata.dataset.base import Dataset
-from tpudata.dataset.block import Block, RecordColumn, leaf_concat, leaf_take
+from tpudata.dataset.block import Block, RecordColumn
 from tpudata.dataset.columns import BytesColumn
 from tpudata.dataset.common import PartialBlock, _BlockMapIterator, _threads, _Unary
 from tpudata.dataset.nest import flatten
 from tpudata.errors import InvalidExampleError, SpecError
-from tpudata.example.batching import concat_parsed
 from tpudata.example.features import FixedLenSequenceFeature, RaggedFeature
 from tpudata.example.parse import parse_prepared, prepare_spec
 from tpudata.example.spec import FixedLenFeature, VarLenFeature, normalize_spec
-from tpudata.tfrecord.batch import RecordBatch
+from tpudata.tfrecord.batch import MultiBatch, RecordBatch
 
 
 def _records_leaf(block: Block):
@@ -37,24 +36,11 @@ def _parse_column(col, spec: dict, base_row: int, views: bool = False) -> dict:
         if len(col) and not isinstance(col.ravel()[0], (bytes, bytearray, memoryview)):
             raise TypeError(f"parse() needs bytes elements, got {type(col.ravel()[0]).__name__}")
         col = RecordColumn.from_bytes(list(col))
-    prepared = prepare_spec(spec)  # checked once for the many read buffers of the column
-    parts, positions = [], []
-    for batch, pos in col.groups():
-        parsed = parse_prepared(batch, prepared, base_row, views)
-        # a large bytes feature stays in the read buffer: a zero-copy column (see BytesColumn)
-        parts.append({k: BytesColumn.from_batch(v) if isinstance(v, RecordBatch) else v
-                      for k, v in parsed.items()})
-        positions.append(pos)
-    if positions[0] is None:
-        return parts[0]
-    if any(isinstance(v, BytesColumn) for v in parts[0].values()):
-        merged = {k: leaf_concat([p[k] for p in parts]) for k in parts[0]}
-    else:
-        merged = concat_parsed(parts)
-    where = np.concatenate(positions)  # a permutation: its inverse by one scatter, no sort
-    order = np.empty_like(where)
-    order[where] = np.arange(len(where), dtype=where.dtype)
-    return {k: leaf_take(v, order) for k, v in merged.items()}
+    # one pass over the column, however many read buffers its records sit in (a MultiBatch)
+    parsed = parse_prepared(col.as_batch(), prepare_spec(spec), base_row, views)
+    # a large bytes feature stays in the read buffers: a zero-copy column (see BytesColumn)
+    return {k: BytesColumn.from_batch(v) if isinstance(v, (RecordBatch, MultiBatch)) else v
+            for k, v in parsed.items()}
 
 
 def _slice(col, i: int, j: int):

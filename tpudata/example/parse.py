@@ -31,7 +31,7 @@ from tpudata.example.spec import (
     kind_of,
     normalize_spec,
 )
-from tpudata.tfrecord.batch import RecordBatch
+from tpudata.tfrecord.batch import MultiBatch, RecordBatch
 from tpudata.tfrecord.framing import split
 
 
@@ -113,15 +113,23 @@ class VarLenValues:
 
 
 # -- dispatch to the accelerator or its pure twins ------------------------------------------------
-def _locate(batch: RecordBatch, keys: tuple) -> np.ndarray:
+def _buffers(batch) -> tuple:
+    """(buffer, None) of a RecordBatch; (buffers, bidx) of a MultiBatch (one pass over all)."""
+    if isinstance(batch, MultiBatch):
+        return batch.buffers, batch.bidx
+    return batch.buffer, None
+
+
+def _locate(batch: RecordBatch | MultiBatch, keys: tuple) -> np.ndarray:
     offsets = np.ascontiguousarray(batch.offsets, dtype=np.int64)
     lengths = np.ascontiguousarray(batch.lengths, dtype=np.int64)
     locs = np.empty((len(offsets), len(keys), 2), dtype=np.int64)
     nat = _accel.native
+    buf, bidx = _buffers(batch)
     if nat is not None:
-        bad_rec, bad_pos = nat.locate(batch.buffer, offsets, lengths, keys, locs)
+        bad_rec, bad_pos = nat.locate(buf, offsets, lengths, keys, locs, bidx)
     else:
-        bad_rec, bad_pos = wire.locate_pure(batch.buffer, offsets, lengths, keys, locs)
+        bad_rec, bad_pos = wire.locate_pure(buf, offsets, lengths, keys, locs, bidx)
     if bad_rec >= 0:
         raise InvalidExampleError(
             f"record {bad_rec}{_where(batch, bad_rec)} is not a valid tf.train.Example "
@@ -133,10 +141,21 @@ def _locate(batch: RecordBatch, keys: tuple) -> np.ndarray:
 def _decode(batch, locs, fidx, kind, mode, n, out, aux):
     nat = _accel.native
     fn = nat.decode if nat is not None else wire.decode_pure
-    return fn(batch.buffer, locs, locs.shape[1], fidx, kind, mode, n, out, aux)
+    buf, bidx = _buffers(batch)
+    return fn(buf, locs, locs.shape[1], fidx, kind, mode, n, out, aux, bidx)
 
 
-def _where(batch: RecordBatch, r: int) -> str:
+def _split(batch, offsets, lengths, rows, per_row) -> list:
+    """Copies of the values at ``offsets``/``lengths``: ``per_row`` (a count, or one per row) of
+    them from each of the records ``rows``, in their buffer."""
+    if isinstance(batch, MultiBatch):
+        return batch.split(offsets, lengths, np.repeat(batch.bidx[rows], per_row))
+    return split(batch.buffer, offsets, lengths)
+
+
+def _where(batch, r: int) -> str:
+    if isinstance(batch, MultiBatch):
+        batch, r = batch.record(r), 0
     if batch.path is None:
         return ""
     return f" ({batch.path} at offset {int(batch.record_offsets[r])})"
@@ -196,12 +215,15 @@ def _parse_fixed(batch, locs, fidx, name, feat: FixedLenFeature, base_row: int, 
         offsets, lengths = pairs[:, 0, 0], pairs[:, 0, 1]
         if 2 * int(lengths.sum()) >= int(np.asarray(batch.lengths).sum()):
             # the values are most of the records: leave them in the read buffer (zero-copy)
+            if isinstance(batch, MultiBatch):
+                return MultiBatch(batch.buffers, batch.bidx, offsets.copy(), lengths.copy(),
+                                  [(path, None) for path, _ in batch.sources])
             return RecordBatch(batch.buffer, offsets.copy(), lengths.copy(), framed=False)
     if kind == KIND_BYTES:
         out = np.empty((count, n), dtype=object)
         rows = np.flatnonzero(present) if any_missing else slice(None)
         sel = pairs[rows].reshape(-1, 2)
-        values = split(batch.buffer, sel[:, 0], sel[:, 1])
+        values = _split(batch, sel[:, 0], sel[:, 1], rows, n)
         if n and any_missing:
             out[rows] = np.array(values + [None], dtype=object)[:-1].reshape(-1, n)
         elif n and values:
@@ -226,7 +248,7 @@ def _parse_varlen(batch, locs, fidx, name, feat: VarLenFeature, base_row: int) -
         res = _decode(batch, locs, fidx, kind, 2, 0, pairs.reshape(-1), counts)
         values = np.empty(total, dtype=object)
         if total:
-            values[:] = split(batch.buffer, pairs[:, 0], pairs[:, 1])
+            values[:] = _split(batch, pairs[:, 0], pairs[:, 1], slice(None), counts)
     else:
         values = np.empty(total, dtype=feat.dtype)
         res = _decode(batch, locs, fidx, kind, 2, 0, values, counts)
@@ -271,10 +293,11 @@ def prepare_spec(spec: Mapping) -> tuple:
     return spec, fidx_of, tuple(name.encode("utf-8") for name in names)
 
 
-def parse_prepared(batch: RecordBatch, prepared: tuple, base_row: int = 0,
+def parse_prepared(batch: RecordBatch | MultiBatch, prepared: tuple, base_row: int = 0,
                    views: bool = False) -> dict:
-    """:func:`parse_examples` of a :class:`RecordBatch` with a spec from :func:`prepare_spec`
-    (``views``: as in :func:`parse_examples_views`)."""
+    """:func:`parse_examples` of a :class:`RecordBatch` (or a :class:`MultiBatch`, records from
+    many read buffers, in the same one pass) with a spec from :func:`prepare_spec` (``views``: as
+    in :func:`parse_examples_views`; a MultiBatch gives its values as a MultiBatch)."""
     from tpudata.example import structured
 
     spec, fidx_of, keys = prepared

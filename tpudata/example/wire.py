@@ -185,15 +185,30 @@ def _as_bytes(buf):
     return buf if isinstance(buf, bytes) else memoryview(buf).cast("B").tobytes()
 
 
-def locate_pure(buf, offsets, lengths, keys: tuple, locs: np.ndarray) -> tuple[int, int]:
-    """Fill ``locs`` (n * nkeys * 2 int64) like the accelerator; returns (bad_record, bad_pos)."""
-    b = _as_bytes(buf)
+def _buffers(buf, bidx, n: int) -> tuple[list, list]:
+    """The records' buffers as bytes, and which one holds each record (see the accelerator)."""
+    if isinstance(buf, tuple) != (bidx is not None):
+        raise TypeError("a tuple of buffers needs bidx, one buffer takes none")
+    if bidx is None:
+        return [_as_bytes(buf)], [0] * n
+    which = np.asarray(bidx).tolist()
+    if len(which) != n or any(not 0 <= k < len(buf) for k in which):
+        raise ValueError("bidx must name a given buffer for each record")
+    return [_as_bytes(b) for b in buf], which
+
+
+def locate_pure(buf, offsets, lengths, keys: tuple, locs: np.ndarray,
+                bidx=None) -> tuple[int, int]:
+    """Fill ``locs`` (n * nkeys * 2 int64) like the accelerator; returns (bad_record, bad_pos).
+    ``buf`` is one buffer, or a tuple of them with ``bidx`` naming each record's."""
+    bufs, which = _buffers(buf, bidx, len(offsets))
     nkeys = len(keys)
     table = {k: i for i, k in enumerate(keys)}
     rows = locs.reshape(len(offsets), nkeys, 2)
     rows[:, :, 0] = -1
     rows[:, :, 1] = 0
     for r, (o, n) in enumerate(zip(np.asarray(offsets).tolist(), np.asarray(lengths).tolist())):
+        b = bufs[which[r]]
         try:
             for ks, ke, vs, ve in example_entries(b, o, o + n):
                 k = table.get(b[ks:ke])
@@ -205,13 +220,14 @@ def locate_pure(buf, offsets, lengths, keys: tuple, locs: np.ndarray) -> tuple[i
     return -1, -1
 
 
-def decode_pure(buf, locs, nkeys, fidx, kind, mode, n, out, aux):
+def decode_pure(buf, locs, nkeys, fidx, kind, mode, n, out, aux, bidx=None):
     """Twin of the accelerator's ``decode``: returns (err, record, got_kind, got_count, bad_off)."""
-    b = _as_bytes(buf)
     rows = np.asarray(locs).reshape(-1, nkeys, 2)
     count = rows.shape[0]
+    bufs, which = _buffers(buf, bidx, count)
     pos = 0
     for r in range(count):
+        b = bufs[which[r]]
         off, length = int(rows[r, fidx, 0]), int(rows[r, fidx, 1])
         k = KIND_NONE
         try:

@@ -1,4 +1,4 @@
-"""RecordBatch: many records as zero-copy views into one buffer."""
+"""RecordBatch: many records as zero-copy views into one buffer (MultiBatch: into several)."""
 
 from __future__ import annotations
 
@@ -94,3 +94,66 @@ class RecordBatch:
             return self.base_offset
         tail = framing.FOOTER_SIZE if self.framed else 0
         return int(self.base_offset + self.offsets[-1] + self.lengths[-1] + tail)
+
+
+class MultiBatch:
+    """Records gathered from several buffers, parsed in one pass like a :class:`RecordBatch`:
+    record ``i`` is ``buffers[bidx[i]][offsets[i] : offsets[i] + lengths[i]]``.
+
+    ``sources[k]`` is ``(path, base_offset)`` of ``buffers[k]`` as in :class:`RecordBatch`
+    (``base_offset`` None: the records are not framed, e.g. values cut from records), so an error
+    names each record's own file and offset.
+
+    >>> m = MultiBatch((b"abc", b"xy"), [1, 0, 1], [0, 1, 1], [2, 2, 1], [(None, None)] * 2)
+    >>> len(m), m.to_list()
+    (3, [b'xy', b'bc', b'y'])
+    """
+
+    __slots__ = ("buffers", "bidx", "offsets", "lengths", "sources")
+
+    def __init__(self, buffers: Sequence, bidx, offsets, lengths, sources: Sequence):
+        self.buffers = tuple(buffers)
+        self.bidx = np.ascontiguousarray(bidx, dtype=np.int32)
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.sources = list(sources)
+        if not (len(self.bidx) == len(self.offsets) == len(self.lengths)):
+            raise ValueError("MultiBatch: bidx, offsets and lengths differ in length")
+        if len(self.sources) != len(self.buffers):
+            raise ValueError("MultiBatch: one source per buffer is needed")
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def __repr__(self) -> str:
+        return f"<MultiBatch of {len(self)} records in {len(self.buffers)} buffers>"
+
+    def batch_of(self, k: int, offsets, lengths) -> RecordBatch:
+        """Records of ``buffers[k]`` at ``offsets``/``lengths`` as a RecordBatch of that buffer."""
+        path, base = self.sources[k]
+        if base is None:
+            return RecordBatch(self.buffers[k], offsets, lengths, None, 0, framed=False)
+        return RecordBatch(self.buffers[k], offsets, lengths, path, base)
+
+    def record(self, i: int) -> RecordBatch:
+        """Record ``i`` alone, as a RecordBatch of its own buffer (its file and offset)."""
+        return self.batch_of(int(self.bidx[i]), self.offsets[i : i + 1], self.lengths[i : i + 1])
+
+    def split(self, offsets, lengths, bidx) -> list[bytes]:
+        """Copies of ``buffers[bidx[j]][offsets[j] : offsets[j] + lengths[j]]`` (e.g. values)."""
+        bidx = np.asarray(bidx)
+        out: list = [None] * len(bidx)
+        for k in np.unique(bidx).tolist():
+            pos = np.flatnonzero(bidx == k)
+            for p, v in zip(pos.tolist(), framing.split(self.buffers[k], offsets[pos], lengths[pos])):
+                out[p] = v
+        return out
+
+    def to_list(self) -> list[bytes]:
+        """The records as a list of bytes objects."""
+        return self.split(self.offsets, self.lengths, self.bidx)
+
+    @property
+    def nbytes(self) -> int:
+        """Total size of the records' data."""
+        return int(self.lengths.sum())
