@@ -3,7 +3,8 @@
   files    interleave over 1 / 16 / 256 files of ~110 KB records (same ~100 MB in total):
            list_files -> interleave(TFRecordDataset, cycle_length=4, parallel) -> batch(128) ->
            parse -> prefetch, tpudata against tf.data (subprocess; TF_PYTHON=/path/to/python
-           picks the interpreter that has TensorFlow) in the same run.
+           picks the interpreter that has TensorFlow) in the same run. Each side builds its
+           dataset once (list_files globs then) and times whole epochs of it, best of --repeat.
   filesb   the same over 1 / 16 / 256 files of workload B (768,000 105-byte Examples, batches of
            1024): many small files of tiny records (not in the default set).
   nondet   16 sub-datasets, one slow (5 ms per element, the others 0.2 ms): parallel interleave
@@ -73,12 +74,14 @@ def files_pipeline(pattern: str, workload: str = "A"):
 
 
 def time_tpudata(make, repeat: int) -> tuple[float, int, float]:
-    """Best wall time, records, and best CPU time (all threads) of ``repeat`` epochs."""
+    """Best wall time, records, and best CPU time (all threads) of ``repeat`` epochs (after a
+    warm-up one) of the dataset ``make()`` builds once, as the TF script builds its own once."""
     best, cpu, n = float("inf"), float("inf"), 0
+    ds = make()
     for epoch in range(repeat + 1):
         t0, c0 = time.perf_counter(), time.process_time()
         n = 0
-        with make().iterator() as it:
+        with ds.iterator() as it:
             for b in it:
                 n += len(next(iter(b.values())))
         if epoch:
