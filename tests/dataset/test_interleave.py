@@ -334,3 +334,30 @@ def test_whole_file_reads_held_sent_and_declined(tmp_path):
             r.close()
     finally:
         pool.close()
+
+
+def test_assemble_order_small_and_large_paths_agree(monkeypatch):
+    """The gather order built with Python ints (small) equals the numpy one (large)."""
+    from tpudata.dataset import interleave as il
+
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        blocks = [object() for _ in range(int(rng.integers(1, 6)))]
+        base = {id(b): int(rng.integers(0, 1000)) for b in blocks}
+        steps = []
+        for _ in range(int(rng.integers(1, 5))):
+            k = int(rng.integers(1, len(blocks) + 1))
+            entries = tuple((b, int(rng.integers(0, 50))) for b in blocks[:k])
+            steps.append((entries, int(rng.integers(1, 5)), int(rng.integers(1, 4))))
+        small = il._order(steps, base)
+        monkeypatch.setattr(il, "SMALL_ORDER", -1)
+        large = il._order(steps, base)
+        monkeypatch.undo()
+        assert small.dtype == large.dtype == np.int64 and small.tolist() == large.tolist()
+        # round by round, bl elements from each slot in turn
+        want = []
+        for entries, rounds, bl in steps:
+            for r in range(rounds):
+                for b, start in entries:
+                    want.extend(base[id(b)] + start + r * bl + j for j in range(bl))
+        assert small.tolist() == want

@@ -160,6 +160,34 @@ def _assemble(steps: list) -> Block:
         base[key] = off - lo
         parts.append(block.slice(lo, hi))
         off += hi - lo
+    order = _order(steps, base)
+    whole = Block.concat(parts)
+    if len(order) == whole.n and bool((order[1:] > order[:-1]).all()):
+        return whole  # the pieces were already in order
+    return whole.take(order)
+
+
+SMALL_ORDER = 4096  # up to this many elements, a step order is built with Python ints
+
+
+def _order(steps: list, base: dict) -> np.ndarray:
+    """The gather order of :func:`_assemble`: for each step, ``rounds`` rounds of ``bl``
+    elements from each slot's block in turn (``base``: where each block's span starts in the
+    joined block). Small orders (rounds over small files) in Python ints, large ones in numpy."""
+    if sum(len(e) * r * bl for e, r, bl in steps) <= SMALL_ORDER:
+        out: list = []
+        for entries, rounds, bl in steps:
+            starts = [base[id(block)] + start for block, start in entries]
+            if len(starts) == 1:
+                out.extend(range(starts[0], starts[0] + rounds * bl))
+            elif bl == 1:
+                for r in range(rounds):
+                    out.extend([s + r for s in starts])
+            else:
+                for r in range(rounds):
+                    for s in starts:
+                        out.extend(range(s + r * bl, s + (r + 1) * bl))
+        return np.array(out, dtype=np.int64)
     idx = []
     for entries, rounds, bl in steps:
         if len(entries) == 1:
@@ -169,11 +197,7 @@ def _assemble(steps: list) -> Block:
         b = np.array([base[id(block)] + start for block, start in entries], dtype=np.int64)
         within = (np.arange(rounds) * bl)[:, None, None] + np.arange(bl)[None, None, :]
         idx.append((b[None, :, None] + within).reshape(-1))
-    whole = Block.concat(parts)
-    order = np.concatenate(idx)
-    if len(order) == whole.n and bool((order[1:] > order[:-1]).all()):
-        return whole  # the pieces were already in order
-    return whole.take(order)
+    return np.concatenate(idx)
 
 
 class _Slot:
