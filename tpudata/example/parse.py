@@ -217,7 +217,7 @@ def _parse_fixed(batch, locs, fidx, name, feat: FixedLenFeature, base_row: int, 
             # the values are most of the records: leave them in the read buffer (zero-copy)
             if isinstance(batch, MultiBatch):
                 return MultiBatch(batch.buffers, batch.bidx, offsets.copy(), lengths.copy(),
-                                  [(path, None) for path, _ in batch.sources])
+                                  [(None, None)] * len(batch.buffers))
             return RecordBatch(batch.buffer, offsets.copy(), lengths.copy(), framed=False)
     if kind == KIND_BYTES:
         out = np.empty((count, n), dtype=object)

@@ -1,6 +1,6 @@
 """TFRecord files: framing, CRCs, compression streams, streaming readers, writers and indexes."""
 
-from tpudata.tfrecord.batch import RecordBatch
+from tpudata.tfrecord.batch import MultiBatch, RecordBatch
 from tpudata.tfrecord.compression import (
     DecompressedStream,
     detect_compression,
@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_BUFFER_SIZE",
     "DecompressedStream",
     "IndexedTFRecordFile",
+    "MultiBatch",
     "RangeReader",
     "RecordBatch",
     "TFRecordFileReader",
