@@ -165,6 +165,22 @@ class NotPicklableError(TpuDataError, TypeError):
     """An object (a user function, an element) that must be pickled to reach a worker process."""
 
 
+class SharedMemoryFullError(TpuDataError, MemoryError):
+    """Shared memory (``/dev/shm`` on Linux) cannot hold a segment that moves elements between
+    processes. ``size`` is the segment's size in bytes; ``free`` what the file system had left
+    (``None`` where unknown). A container's default ``/dev/shm`` is often 64 MB: give it more
+    (``docker run --shm-size=2g``), or use fewer workers or smaller elements."""
+
+    def __init__(self, message: str, size: int | None = None, free: int | None = None):
+        self.message = message
+        self.size = size
+        self.free = free
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.size, self.free))
+
+
 class WorkerError(TpuDataError, RuntimeError):
     """A worker process failed: the user function raised there, or the process died.
 
@@ -199,6 +215,7 @@ __all__ = [
     "NotPicklableError",
     "SavedDatasetError",
     "SavedDatasetNotFoundError",
+    "SharedMemoryFullError",
     "SpecError",
     "SplitError",
     "StaticShapeError",

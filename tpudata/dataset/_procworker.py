@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from tpudata import _accel
 from tpudata.dataset import _shm
+from tpudata.errors import SharedMemoryFullError
 
 __all__ = ["LEND_SLOTS", "STOP", "dumps", "main"]
 
@@ -75,9 +76,15 @@ def _serve(conn, fn: Callable, inputs: _shm.Receiver, results: _shm.Sender) -> N
                 entries.append((False, _dumps_exception(e), traceback.format_exc()))
         seconds = time.perf_counter() - start
         try:
-            out, _ = results.encode(entries)
-        except Exception:
-            out, _ = results.encode([_picklable_entry(e) for e in entries])
+            try:
+                out, _ = results.encode(entries)
+            except SharedMemoryFullError:
+                raise
+            except Exception:
+                out, _ = results.encode([_picklable_entry(e) for e in entries])
+        except SharedMemoryFullError as e:  # the results find no room: each element says so
+            error = (False, _dumps_exception(e), traceback.format_exc())
+            out, _ = results.encode([error] * len(entries))
         if not _send_quietly(conn, ("r", task_id, out, seconds)):
             _shm.discard(out)
             return

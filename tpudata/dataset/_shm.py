@@ -40,6 +40,7 @@ process left behind (:func:`sweep`).
 
 from __future__ import annotations
 
+import errno
 import io
 import itertools
 import mmap
@@ -54,6 +55,8 @@ from typing import Any
 
 import numpy as np
 
+from tpudata.errors import SharedMemoryFullError
+
 INLINE_LIMIT = 16 * 1024  # bytes of pickle + buffers from which a payload goes through shared memory
 _OUT_OF_BAND_MIN = 4096  # numpy buffers from this size travel beside the pickle, not inside
 _ALIGN = 64
@@ -66,7 +69,7 @@ _SHM_DIR = "/dev/shm"
 # n: None, or how many of the buffers are pickle's out-of-band buffers; the others hold Rows
 Payload = tuple
 
-__all__ = ["INLINE_LIMIT", "Receiver", "Rows", "Sender", "discard", "sweep", "unlink"]
+__all__ = ["INLINE_LIMIT", "Receiver", "Rows", "Sender", "discard", "full_error", "sweep", "unlink"]
 
 
 class Rows:
@@ -166,7 +169,7 @@ class Sender:
             end = _aligned(end + r.nbytes)
         slot = next((i for i, busy in enumerate(self._busy) if not busy), None)
         if slot is None:  # every slot in use: a one-off segment that the receiver unlinks
-            shm = SharedMemory(name=next(self._names), create=True, size=end)
+            shm = _create(next(self._names), end)
             try:
                 _write(shm, data, layout, raws)
             except BaseException:
@@ -179,8 +182,8 @@ class Sender:
         if shm is None or shm.size < end:
             size = max(end, 2 * shm.size if shm is not None else 0)
             self._drop(slot)
-            shm = self._slots[slot] = SharedMemory(
-                name=next(self._names), create=True, size=-(-size // _SLOT_GRANULE) * _SLOT_GRANULE)
+            shm = self._slots[slot] = _create(
+                next(self._names), -(-size // _SLOT_GRANULE) * _SLOT_GRANULE)
         _write(shm, data, layout, raws)
         self._busy[slot] = True
         return ("r", slot, shm.name, len(data), layout, n_plain), slot
@@ -362,6 +365,41 @@ def sweep(prefix: str) -> list[str]:
     except OSError:  # no /dev/shm (macOS): the owner relies on what it tracked
         return []
     return sorted(n for n in names if unlink(n))
+
+
+def _create(name: str, size: int) -> SharedMemory:
+    """A new segment with its pages reserved now (``posix_fallocate``): where shared memory
+    cannot hold it, :class:`~tpudata.errors.SharedMemoryFullError` says so, instead of SIGBUS
+    killing the process at the first write to a page that finds no room."""
+    shm = SharedMemory(name=name, create=True, size=size)
+    fallocate = getattr(os, "posix_fallocate", None)
+    if fallocate is None or not size:
+        return shm
+    try:
+        fallocate(shm._fd, 0, size)  # noqa: SLF001 - SharedMemory keeps no public fd
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
+            return shm  # a file system that cannot reserve: pages come on first write, as before
+        shm.close()
+        _unlink_segment(shm)
+        raise full_error(size) from None
+    return shm
+
+
+def full_error(size: int) -> SharedMemoryFullError:
+    """The error for a ``size``-byte segment that shared memory cannot hold (its free space said)."""
+    free = total = None
+    try:
+        st = os.statvfs(_SHM_DIR)
+        free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+    except OSError:
+        pass
+    have = f" ({free / 1e6:.1f} MB free of {total / 1e6:.0f} MB)" if free is not None else ""
+    return SharedMemoryFullError(
+        f"shared memory {_SHM_DIR}{have} cannot hold a {size / 1e6:.1f} MB segment of elements "
+        "moving between processes; give it more room (docker run --shm-size=2g; on Kubernetes "
+        "an emptyDir with medium: Memory mounted at /dev/shm), or use fewer workers or smaller "
+        "elements", size=size, free=free)
 
 
 def _unlink_segment(shm: SharedMemory) -> bool:

@@ -88,6 +88,9 @@ class ChunkApply:
     def __init__(self, fn: Callable, skip_errors: bool = False):
         self.fn = fn
         self.skip_errors = skip_errors
+        # what the process pool's messages call it: the user's function, over chunks
+        name = getattr(fn, "__qualname__", None) or f"a {type(fn).__qualname__} object"
+        self.__qualname__ = f"{name} (over chunks)"
 
     def __call__(self, chunk):
         start = time.perf_counter()
@@ -233,6 +236,8 @@ class ProcessMapIterator(MapperIterator):
                 number, result = next(self.results)
             except StopIteration:
                 return None
+            except WorkerError as e:  # the worker died, or its results found no room
+                raise self._in_elements(e) from e.__cause__
             self._take(number, result)
         return self._pop_pending()
 
@@ -310,6 +315,19 @@ class ProcessMapIterator(MapperIterator):
             return
         for j in range(n):
             self.checker.check(tree, [c[j] for c in cols], self.delivered + j)
+
+    def _in_elements(self, e: WorkerError) -> WorkerError:
+        """A failure of a whole task, named by this op and the input elements of its chunk
+        (the process pool counts chunks, not elements)."""
+        chunk = self.book.get(e.position) if e.position is not None else None
+        if chunk is None or not chunk.ps:
+            return e
+        a, b = chunk.ps[0], chunk.ps[-1]
+        span = f"input element {a}" if a == b else f"input elements {a}-{b}"
+        return WorkerError(
+            f"{self.ds.name} on worker processes, at {span} (counted from the start or the "
+            f"restore point): {e.message}", pid=e.pid, position=a, exitcode=e.exitcode,
+            worker_traceback=e.worker_traceback)
 
     def _error(self, p: int, pid: int, exc_bytes, text: str) -> WorkerError:
         import pickle

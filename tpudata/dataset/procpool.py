@@ -26,6 +26,7 @@ import os
 import pickle
 import secrets
 import selectors
+import signal
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -420,6 +421,8 @@ class ProcessMapper:
                          if self._tasks[t].session is self._session)
         if code is not None and code < 0:
             how = f"was killed by signal {_signal_name(-code)} (exit code {code})"
+            if -code == getattr(signal, "SIGBUS", None):
+                how += " (SIGBUS: often shared memory, /dev/shm, running full)"
         else:
             how = f"exited unexpectedly with exit code {code}"
         if not pending:

@@ -34,6 +34,7 @@ import threading
 import numpy as np
 import torch
 
+from tpudata.dataset._shm import full_error
 from tpudata.dataset.columns import BytesColumn
 from tpudata.torch.tensors import ByteStrings, copy_column, to_torch
 
@@ -149,7 +150,7 @@ MADV_POPULATE_READ, MADV_POPULATE_WRITE = 22, 23
 def _populate(block: torch.Tensor, advice: int = MADV_POPULATE_WRITE) -> None:
     """Fault a block's pages in with one madvise (Linux >= 5.14) instead of one trap per 4 KB
     page; a no-op where that is not available. Raises MemoryError when /dev/shm cannot hold a
-    new block (writing to it would kill the worker with SIGBUS)."""
+    new block (SharedMemoryFullError; writing to it would kill the worker with SIGBUS)."""
     global _libc
     if not sys.platform.startswith("linux"):
         return
@@ -163,8 +164,7 @@ def _populate(block: torch.Tensor, advice: int = MADV_POPULATE_WRITE) -> None:
 
         err = ctypes.get_errno()
         if err in (errno.ENOMEM, errno.EFAULT, errno.ENOSPC):
-            raise MemoryError(f"shared memory for a {block.numel()}-byte block: "
-                              f"{os.strerror(err)}")
+            raise full_error(block.numel())  # a MemoryError
 
 
 class _Pool:
