@@ -9,6 +9,7 @@ install time where ``jpeglib.h`` exists; otherwise a numpy/Pillow reference path
 (2, 3, 3)
 """
 
+from tpudata.image._outpool import release_batch_memory
 from tpudata.image.decode import (
     decode_and_crop_jpeg,
     decode_image,
@@ -63,6 +64,7 @@ __all__ = [
     "normalize",
     "preprocess_batch",
     "random_flip_left_right",
+    "release_batch_memory",
     "resize",
     "resize_area",
     "resize_bicubic",

@@ -3,7 +3,9 @@ variant, per image and per batch.
 
 The batch form decodes only each crop window (libjpeg-turbo ``jpeg_skip_scanlines`` /
 ``jpeg_crop_scanline``), resizes on TensorFlow's grid, flips, normalises and casts straight into a
-preallocated ``(n, size, size, 3)`` array, in C threads without the GIL. Without the compiled kernel
+preallocated ``(n, size, size, 3)`` array, in C threads without the GIL. That array's memory is
+reused for a later batch once it and every view of it are dropped (:mod:`tpudata.image._outpool`;
+``tpudata.image.release_batch_memory()`` unmaps what is kept). Without the compiled kernel
 the same steps run through the numpy/Pillow reference (slower, decode not bit-identical).
 """
 
@@ -15,7 +17,7 @@ import numpy as np
 
 from tpudata.dataset.columns import RecordColumn
 from tpudata.errors import InvalidImageError
-from tpudata.image import _backend
+from tpudata.image import _backend, _outpool
 from tpudata.image.decode import _info, as_buffer, decode_and_crop_jpeg
 from tpudata.image.ops import make_rng, sample_crop_window, to_bfloat16
 from tpudata.image.resize import resize_bicubic, resize_bilinear
@@ -168,13 +170,13 @@ def preprocess_batch(images, crops, flips, image_size: int | tuple[int, int], *,
     oh, ow = (image_size, image_size) if np.isscalar(image_size) else (int(image_size[0]), int(image_size[1]))
     bufs = _Images(images)
     n = bufs.n
-    if out is None:
+    if out is None:  # memory of dropped earlier batches is reused (no fresh pages to zero)
         if name == "bfloat16":
             import ml_dtypes
 
-            out = np.empty((n, oh, ow, 3), ml_dtypes.bfloat16)
+            out = _outpool.empty((n, oh, ow, 3), ml_dtypes.bfloat16)
         else:
-            out = np.empty((n, oh, ow, 3), np.dtype(name))
+            out = _outpool.empty((n, oh, ow, 3), np.dtype(name))
     if out.shape != (n, oh, ow, 3) or str(out.dtype) != name or not out.flags.c_contiguous:
         raise ValueError(f"out must be a C-contiguous {name} array of shape {(n, oh, ow, 3)}, "
                          f"got {out.dtype} {out.shape}")

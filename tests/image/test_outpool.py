@@ -1,0 +1,95 @@
+"""Batch outputs reuse the memory of dropped earlier batches, never of one still in use (or any
+view of it), from any thread; what is kept is bounded and can be released."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import tpudata.image as ti
+from tpudata.image import _outpool
+from tests.image.helpers import jpeg, mode  # noqa: F401
+
+SHAPE = (6, 256, 256, 3)  # 4.7 MB of float32: above MIN_BYTES
+
+
+@pytest.fixture(autouse=True)
+def _empty_pool():
+    _outpool.release_batch_memory()
+    yield
+    _outpool.release_batch_memory()
+
+
+def test_memory_comes_back_only_when_every_view_is_gone():
+    a = _outpool.empty(SHAPE, np.float32)
+    assert a.shape == SHAPE and a.dtype == np.float32 and a.flags.c_contiguous and a.flags.writeable
+    pointer = a.ctypes.data
+    a[:] = 7.0
+    views = [a[2], a.reshape(-1)[100:200], a[:, ::2], a.view(np.uint32)]
+    del a
+    b = _outpool.empty(SHAPE, np.float32)  # the views still use the first one's memory
+    assert b.ctypes.data != pointer
+    b[:] = -1.0
+    assert all(np.all(v == 7.0) for v in views[:3]) and np.all(views[3] == np.float32(7.0).view(np.uint32))
+    del views
+    c = _outpool.empty(SHAPE, np.float32)
+    assert c.ctypes.data == pointer  # now free: reused, not faulted in afresh
+    small = _outpool.empty((4, 4), np.float32)
+    assert small.flags.owndata  # small arrays are plain np.empty
+    other = _outpool.empty(SHAPE, np.uint8)  # another size: its own memory
+    assert other.ctypes.data not in (pointer, b.ctypes.data)
+
+
+def test_what_is_kept_is_bounded_and_released():
+    size = int(np.prod(SHAPE)) * 4
+    arrays = [_outpool.empty(SHAPE, np.float32) for _ in range(_outpool.KEEP + 3)]
+    del arrays
+    assert _outpool.free_bytes() == _outpool.KEEP * size
+    assert ti.release_batch_memory() == _outpool.KEEP * size
+    assert _outpool.free_bytes() == 0
+
+
+def test_threads_never_share_memory_in_use():
+    errors = []
+
+    def work(k: int) -> None:
+        for i in range(30):
+            a = _outpool.empty(SHAPE, np.float32)
+            a[:] = k * 1000 + i
+            held = a[1:3]  # a view outlives the array
+            del a
+            b = _outpool.empty(SHAPE, np.float32)
+            b[:] = -1
+            if not np.all(held == k * 1000 + i):
+                errors.append((k, i))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert _outpool.free_bytes() <= _outpool.KEEP * int(np.prod(SHAPE)) * 4
+
+
+def test_preprocess_batch_outputs_are_recycled_and_exact(mode):  # noqa: F811
+    images = [jpeg(300 + 5 * i, 280 - 3 * i, seed=i) for i in range(8)]  # 8 x 224 x 224 x 3 float32
+    first = ti.resnet_preprocess_batch(images, False)
+    expected = first.copy()
+    pointer = first.ctypes.data
+    kept = first[5]
+    del first
+    second = ti.resnet_preprocess_batch(images, False)  # `kept` still uses the first batch
+    assert second.ctypes.data != pointer and np.array_equal(kept, expected[5])
+    assert np.array_equal(second, expected)
+    reused = {pointer, second.ctypes.data}
+    del kept, second
+    third = ti.resnet_preprocess_batch(images, False)
+    assert third.ctypes.data in reused  # both are free again: one of them, not fresh memory
+    assert np.array_equal(third, expected)
+    into = np.empty_like(expected)
+    assert ti.resnet_preprocess_batch(images, False, out=into) is into
+    assert np.array_equal(into, expected)
+
