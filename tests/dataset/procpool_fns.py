@@ -157,3 +157,11 @@ def wide(x):
 def megabyte(x):
     """1 MiB per element: chunks are capped by bytes (procmap.CHUNK_BYTES), not only by count."""
     return np.full(1 << 20, int(x) % 251, np.uint8)
+
+
+def die_on_seven(x):
+    """SIGKILL the worker process at element 7 (a worker that dies, for Dataset.map)."""
+    if int(x) == 7:
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(10)
+    return np.int64(x) * 2

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.dataset.helpers import check_restore_everywhere, outputs
-from tests.dataset.procpool_fns import fail_on_five, tokens
+from tests.dataset.procpool_fns import die_on_seven, fail_on_five, tokens
 from tpudata.dataset import Dataset
 from tpudata.errors import WorkerError
 
@@ -52,6 +52,27 @@ def test_process_map_error_names_the_worker_and_element():
                 got.append(int(x))
     assert got == [0, 1, 2, 3, 4]
     assert isinstance(e.value.__cause__, KeyError) and e.value.pid not in (None, os.getpid())
+
+
+def test_a_worker_that_dies_is_named_with_the_input_elements_it_held():
+    import signal
+
+    with Dataset.range(20).map(die_on_seven, num_parallel_calls=2, use_processes=True).iterator() as it:
+        got = []
+        with pytest.raises(WorkerError, match="killed by signal SIGKILL") as e:
+            for x in it:
+                got.append(int(x))
+    err = e.value
+    assert got == [2 * i for i in range(len(got))] and len(got) <= 7
+    assert err.exitcode == -signal.SIGKILL and err.pid not in (None, os.getpid())
+    # named by the map op and the input elements of the chunk the worker held, not the pool's
+    # task number
+    import re
+
+    m = re.match(r"map\(die_on_seven\) on worker processes, at input elements? (\d+)(?:-(\d+))? ", str(err))
+    assert m, str(err)
+    first, last = int(m.group(1)), int(m.group(2) or m.group(1))
+    assert first <= 7 <= last and err.position == first
 
 
 def _ragged_pipeline(deterministic=True):
