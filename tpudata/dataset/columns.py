@@ -14,13 +14,12 @@ type (no ``isinstance`` switches in the ops):
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from tpudata.example.parse import VarLenValues
 from tpudata.tfrecord.batch import MultiBatch, RecordBatch
-from tpudata.tfrecord.framing import split
 
 
 class RecordColumn:
@@ -103,34 +102,13 @@ class RecordColumn:
                    np.concatenate([c.lengths for c in cols]))
 
     def as_batch(self) -> RecordBatch | MultiBatch:
-        """The records for one parse pass: a RecordBatch of the one buffer, else a MultiBatch."""
+        """The records for one pass: a RecordBatch of the one buffer, else a MultiBatch."""
         if self.buf_idx is None:
-            return self._batch(0, self.offsets, self.lengths)
+            return RecordBatch.of_source(self.buffers[0], self.sources[0], self.offsets, self.lengths)
         return MultiBatch(self.buffers, self.buf_idx, self.offsets, self.lengths, self.sources)
 
-    def groups(self) -> Iterator[tuple[RecordBatch, np.ndarray | None]]:
-        """``(RecordBatch, positions)`` per buffer (positions None: the whole column, in order)."""
-        if self.buf_idx is None:
-            yield self._batch(0, self.offsets, self.lengths), None
-            return
-        for b in np.unique(self.buf_idx).tolist():
-            pos = np.flatnonzero(self.buf_idx == b)
-            yield self._batch(b, self.offsets[pos], self.lengths[pos]), pos
-
-    def _batch(self, b: int, offsets, lengths) -> RecordBatch:
-        path, base = self.sources[b]
-        if base is None:
-            return RecordBatch(self.buffers[b], offsets, lengths, None, 0, framed=False)
-        return RecordBatch(self.buffers[b], offsets, lengths, path, base)
-
     def to_list(self) -> list[bytes]:
-        if self.buf_idx is None:
-            return split(self.buffers[0], self.offsets, self.lengths)
-        out: list = [None] * len(self)
-        for batch, pos in self.groups():
-            for p, rec in zip(pos.tolist(), batch.to_list()):
-                out[p] = rec
-        return out
+        return self.as_batch().to_list()
 
     def to_array(self) -> np.ndarray:
         arr = np.empty(len(self), dtype=object)

@@ -85,7 +85,9 @@ def _locate(col, spec) -> tuple[int, Exception]:
         detail = exc
     path = offset = index = None
     if isinstance(col, RecordColumn):
-        batch, _ = next(_slice(col, bad, bad + 1).groups())
+        batch = _slice(col, bad, bad + 1).as_batch()
+        if isinstance(batch, MultiBatch):
+            batch = batch.record(0)
         if batch.path is not None and batch.framed:
             path, offset = batch.path, int(batch.record_offsets[0])
             index = _index_in_file(path, offset)

@@ -54,6 +54,15 @@ class RecordBatch:
             np.cumsum(lengths[:-1], out=offsets[1:])
         return cls(b"".join(records), offsets, lengths, framed=False)
 
+    @classmethod
+    def of_source(cls, buffer, source: tuple, offsets: np.ndarray, lengths: np.ndarray) -> "RecordBatch":
+        """Records of ``buffer`` whose ``source`` is ``(path, base_offset)``, as a RecordColumn or
+        a MultiBatch names its buffers (``base_offset`` None: the records are not framed)."""
+        path, base = source
+        if base is None:
+            return cls(buffer, offsets, lengths, None, 0, framed=False)
+        return cls(buffer, offsets, lengths, path, base)
+
     def __len__(self) -> int:
         return len(self.offsets)
 
@@ -128,16 +137,11 @@ class MultiBatch:
     def __repr__(self) -> str:
         return f"<MultiBatch of {len(self)} records in {len(self.buffers)} buffers>"
 
-    def batch_of(self, k: int, offsets, lengths) -> RecordBatch:
-        """Records of ``buffers[k]`` at ``offsets``/``lengths`` as a RecordBatch of that buffer."""
-        path, base = self.sources[k]
-        if base is None:
-            return RecordBatch(self.buffers[k], offsets, lengths, None, 0, framed=False)
-        return RecordBatch(self.buffers[k], offsets, lengths, path, base)
-
     def record(self, i: int) -> RecordBatch:
         """Record ``i`` alone, as a RecordBatch of its own buffer (its file and offset)."""
-        return self.batch_of(int(self.bidx[i]), self.offsets[i : i + 1], self.lengths[i : i + 1])
+        k = int(self.bidx[i])
+        return RecordBatch.of_source(self.buffers[k], self.sources[k], self.offsets[i : i + 1],
+                                     self.lengths[i : i + 1])
 
     def split(self, offsets, lengths, bidx) -> list[bytes]:
         """Copies of ``buffers[bidx[j]][offsets[j] : offsets[j] + lengths[j]]`` (e.g. values)."""
