@@ -51,6 +51,8 @@ def test_a_segment_that_finds_no_room_raises_and_leaves_nothing(monkeypatch):
 
 
 _SMALL_SHM = textwrap.dedent("""
+    import sys
+
     import numpy as np
     from tpudata.dataset import Dataset
     from tpudata.dataset.procpool import ProcessMapper
@@ -60,18 +62,18 @@ _SMALL_SHM = textwrap.dedent("""
         return np.full((1 << 20,), x, dtype=np.float32)  # 4 MB per element
 
     if __name__ == "__main__":
-        for run in ("dataset", "mapper"):
-            try:
-                if run == "dataset":
-                    ds = Dataset.range(50).map(big, num_parallel_calls=2, use_processes=True)
-                    print(run, "ok", sum(1 for _ in ds))
-                else:
-                    with ProcessMapper(big, num_workers=2) as m:
-                        print(run, "ok", sum(1 for _ in m.imap(range(50))))
-            except WorkerError as e:
-                assert isinstance(e.__cause__, SharedMemoryFullError), repr(e.__cause__)
-                print(run, "error", e.__cause__.size, e.__cause__.free)
-                print(e)
+        run = sys.argv[1]
+        try:
+            if run == "dataset":
+                ds = Dataset.range(50).map(big, num_parallel_calls=2, use_processes=True)
+                print(run, "ok", sum(1 for _ in ds))
+            else:
+                with ProcessMapper(big, num_workers=2) as m:
+                    print(run, "ok", sum(1 for _ in m.imap(range(50))))
+        except WorkerError as e:
+            assert isinstance(e.__cause__, SharedMemoryFullError), repr(e.__cause__)
+            print(run, "error", e.__cause__.size, e.__cause__.free)
+            print(e)
 """)
 
 
@@ -86,17 +88,17 @@ def test_a_small_dev_shm_gives_a_clear_error_in_the_consumer(tmp_path):
                            capture_output=True)
     if probe.returncode != 0:
         pytest.skip("cannot mount a private /dev/shm here (needs root / CAP_SYS_ADMIN)")
-    out = subprocess.run(
-        ["unshare", "-m", "sh", "-c",
-         f"mount -t tmpfs -o size=12m tmpfs /dev/shm && exec {sys.executable} {script}"],
-        capture_output=True, text=True, timeout=120, cwd=os.getcwd())
-    assert out.returncode == 0, out.stderr[-3000:]
-    lines = out.stdout.splitlines()
-    for run in ("dataset", "mapper"):
-        line = next(x for x in lines if x.startswith(run + " "))
+    outs = {}
+    for run in ("dataset", "mapper"):  # each on a /dev/shm of its own: no teardown of the other
+        out = outs[run] = subprocess.run(
+            ["unshare", "-m", "sh", "-c",
+             f"mount -t tmpfs -o size=12m tmpfs /dev/shm && exec {sys.executable} {script} {run}"],
+            capture_output=True, text=True, timeout=120, cwd=os.getcwd())
+        assert out.returncode == 0, out.stderr[-3000:]
+        line = next(x for x in out.stdout.splitlines() if x.startswith(run + " "))
         assert line.startswith(f"{run} error"), out.stdout[-3000:]
         size, free = (int(v) for v in line.split()[2:4])
         assert size > free  # the segment did not fit in what was left
-    assert "map(big) on worker processes, at input element" in out.stdout
-    assert "/dev/shm" in out.stdout and "--shm-size" in out.stdout
-    assert "SIGBUS" not in out.stdout + out.stderr
+        assert "/dev/shm" in out.stdout and "--shm-size" in out.stdout
+        assert "SIGBUS" not in out.stdout + out.stderr
+    assert "map(big) on worker processes, at input element" in outs["dataset"].stdout
