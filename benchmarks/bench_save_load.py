@@ -32,7 +32,7 @@ def make_data(n):
 exec(MAKE_DATA)  # the same data on both sides
 
 TF_PEER = textwrap.dedent("""
-    import json, os, sys, tempfile, time
+    import json, os, shutil, sys, tempfile, time
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
     import numpy as np
     import tensorflow as tf
@@ -47,6 +47,7 @@ TF_PEER = textwrap.dedent("""
         k = sum(len(b["id"]) for b in tf.data.Dataset.load(d, compression=comp).batch(256).as_numpy_iterator())
         out[f"load {comp}"] = time.perf_counter() - t
         assert k == n
+        shutil.rmtree(d, ignore_errors=True)
     print(json.dumps(out))
 """)
 

@@ -57,17 +57,26 @@ def _parse(batch, spec, native: bool):
         _accel.use_native(prev)
 
 
+def _plain(x):
+    """A comparable form of an array: floats by their bits (damaged bytes can make NaN, and NaN
+    never equals itself), anything else as lists."""
+    a = np.asarray(x)
+    if a.dtype.kind == "f":
+        return a.dtype.str, a.shape, a.tobytes()
+    return a.tolist()
+
+
 def _values(out):
     if out[0] != "ok":
         return out
     res = {}
     for k, v in out[1].items():
         if isinstance(v, VarLenValues):
-            res[k] = (v.row_splits.tolist(), np.asarray(v.values).tolist())
+            res[k] = (v.row_splits.tolist(), _plain(v.values))
         elif hasattr(v, "to_list"):
-            res[k] = [np.asarray(x).tolist() for x in v.to_list()]
+            res[k] = [_plain(x) for x in v.to_list()]
         else:
-            res[k] = np.asarray(v).tolist()
+            res[k] = _plain(v)
     return "ok", res
 
 

@@ -16,13 +16,15 @@ found compressed after the read.
 
 >>> import os, tempfile
 >>> from tpudata.tfrecord import TFRecordWriter
->>> path = os.path.join(tempfile.mkdtemp(), "w.tfrecord")
+>>> tmp = tempfile.TemporaryDirectory()
+>>> path = os.path.join(tmp.name, "w.tfrecord")
 >>> with TFRecordWriter(path) as w:
 ...     w.write(b"ab"); w.write(b"c")
 >>> job = whole_file(path, 1 << 20)
 >>> read_whole([job])
 >>> job.declined, job.nread, job.count
 (False, 35, 2)
+>>> tmp.cleanup()
 """
 
 from __future__ import annotations
