@@ -123,7 +123,8 @@ def run_tf_script(script: str, args: list[str]) -> dict | None:
         return None
     env = dict(os.environ)
     if _accel._allocator_state:
-        env.update(MALLOC_MMAP_THRESHOLD_=str(16 << 20), MALLOC_TRIM_THRESHOLD_=str(128 << 20))
+        env.update(MALLOC_MMAP_THRESHOLD_=str(16 << 20), MALLOC_TRIM_THRESHOLD_=str(128 << 20),
+                   MALLOC_ARENA_MAX="1")
     proc = subprocess.run([python, "-c", script, *args], capture_output=True, text=True,
                           check=False, env=env)
     if proc.returncode:

@@ -92,24 +92,34 @@ def use_native(enabled: bool) -> bool:
 # -- allocator -------------------------------------------------------------------------------------
 # glibc returns freed heap memory to the OS and maps blocks >= 128 KiB fresh each time, so every
 # batch of large bytes features (e.g. 110 KB JPEGs) page-faults all of its memory again - that
-# costs more than reading and parsing. tune_allocator() asks glibc to keep freed memory for reuse
-# (the effect TensorFlow's guides get by preloading tcmalloc). It changes the whole process, so
-# the library never does it on its own: call tpudata.tune_malloc(), or set TPUDATA_MALLOC_TUNING=1
-# to have the first reader do it. The `tpudata` command line and the benchmarks turn it on.
+# costs more than reading and parsing. Threads other than the main one allocate from arenas of
+# 64 MB heaps that glibc unmaps as soon as one empties, whatever the trim threshold: batches
+# made in pipeline threads and freed by the consumer are faulted in afresh every epoch (90k page
+# faults for a 420 MB epoch of bench_pipeline's workload A, 1.0 GB/s; with one arena 10 faults,
+# 3.4-3.9 GB/s). tune_allocator() asks glibc to keep freed memory for reuse in one arena (the
+# effect TensorFlow's guides get by preloading tcmalloc). It changes the whole process, so the
+# library never does it on its own: call tpudata.tune_malloc(), or set TPUDATA_MALLOC_TUNING=1 to
+# have the first reader do it. The `tpudata` command line and the benchmarks turn it on.
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
 _allocator_state: bool | None = None
 
 
 def tune_allocator(enable: bool = True, mmap_threshold: int = 16 << 20,
-                   trim_threshold: int = 128 << 20) -> bool:
-    """Let glibc malloc keep up to ``trim_threshold`` freed bytes and serve blocks below
-    ``mmap_threshold`` from its heap (``enable=False`` restores glibc's defaults).
+                   trim_threshold: int = 128 << 20, arena_max: int = 1) -> bool:
+    """Let glibc malloc keep up to ``trim_threshold`` freed bytes, serve blocks below
+    ``mmap_threshold`` from its heap, and give threads at most ``arena_max`` arenas
+    (``enable=False`` restores glibc's defaults).
 
     Process-wide (exported as ``tpudata.tune_malloc``); returns False where there is no glibc
-    ``mallopt``.
+    ``mallopt``. Call it early: threads that already allocated keep their arenas, and glibc fixes
+    the arena limit for good once a thread started after the call has asked for one, so
+    ``enable=False`` restores the thresholds but not always the number of arenas.
     """
     global _allocator_state
+    if arena_max < 1:
+        raise ValueError(f"tune_allocator: arena_max must be at least 1, got {arena_max}")
     try:
         import ctypes
 
@@ -118,9 +128,11 @@ def tune_allocator(enable: bool = True, mmap_threshold: int = 16 << 20,
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     if enable:
-        ok = mallopt(_M_MMAP_THRESHOLD, mmap_threshold) and mallopt(_M_TRIM_THRESHOLD, trim_threshold)
-    else:
-        ok = mallopt(_M_MMAP_THRESHOLD, 128 << 10) and mallopt(_M_TRIM_THRESHOLD, 128 << 10)
+        ok = (mallopt(_M_MMAP_THRESHOLD, mmap_threshold) and mallopt(_M_TRIM_THRESHOLD, trim_threshold)
+              and mallopt(_M_ARENA_MAX, arena_max))
+    else:  # glibc's defaults; its arena limit is 8 per core on 64-bit machines
+        ok = (mallopt(_M_MMAP_THRESHOLD, 128 << 10) and mallopt(_M_TRIM_THRESHOLD, 128 << 10)
+              and mallopt(_M_ARENA_MAX, 8 * (os.cpu_count() or 1)))
     _allocator_state = enable
     logger.debug("glibc malloc tuning %s", "on" if enable else "off")
     return bool(ok)
