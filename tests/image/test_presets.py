@@ -130,6 +130,24 @@ def test_inception_preset(mode):
 
 
 @needs_kernel
+@pytest.mark.parametrize("subsampling", [0, 1, 2])  # 4:4:4, 4:2:2, 4:2:0
+def test_batch_windows_are_the_decoded_crops(subsampling):
+    """The batch kernel decodes each window in place (scanlines a little wider than the window):
+    resized 1:1, every window anywhere in the image, edges included, is exactly the crop that
+    decode_and_crop_jpeg gives."""
+    data = jpeg(75, 131, seed=subsampling, subsampling=subsampling)
+    rng = np.random.default_rng(subsampling)
+    h, w = 37, 53
+    ys = np.r_[0, 75 - h, rng.integers(0, 75 - h + 1, 14)]
+    xs = np.r_[131 - w, 0, rng.integers(0, 131 - w + 1, 14)]
+    crops = np.stack([ys, xs, np.full(16, h), np.full(16, w)], 1).astype(np.int32)
+    out = ti.preprocess_batch([data] * 16, crops, np.zeros(16, np.uint8), (h, w), method="bilinear",
+                              normalize=False, dtype="uint8")
+    for i, (y, x, _, _) in enumerate(crops):
+        np.testing.assert_array_equal(out[i], ti.decode_and_crop_jpeg(data, [y, x, h, w]), err_msg=str(crops[i]))
+
+
+@needs_kernel
 @pytest.mark.parametrize("name", ["jgray", "jcmyk", "j422", "jprog"])
 def test_batch_kernel_handles_every_jpeg_kind(name):
     data = golden_bytes(G, name)

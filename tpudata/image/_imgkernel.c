@@ -44,10 +44,14 @@ static void on_output_message(j_common_ptr cinfo) { (void)cinfo; }
 
 /* Decode rows [y, y+h) and columns [x, x+w) of a JPEG into out (row stride out_stride bytes) with
  * `channels` (1 or 3) channels, as TensorFlow's DecodeJpeg/DecodeAndCropJpeg do (fancy upsampling,
- * CMYK/YCCK converted to RGB with or without the Adobe inversion). Returns 0 or -1 with err set. */
+ * CMYK/YCCK converted to RGB with or without the Adobe inversion). Returns 0 or -1 with err set.
+ * With flex != NULL, out and out_stride are ignored: the window goes into *flex (grown as needed,
+ * *flex_cap bytes; the caller frees it) as libjpeg writes it, scanlines a little wider than the
+ * window, without a copy; *region and *region_stride then give where its rows start. */
 static int decode_region(const unsigned char *data, size_t len, int channels, int fast_dct, int fancy,
                          int y, int x, int h, int w, unsigned char *out, ptrdiff_t out_stride,
-                         char *err) {
+                         unsigned char **flex, size_t *flex_cap, const unsigned char **region,
+                         ptrdiff_t *region_stride, char *err) {
     struct jpeg_decompress_struct cinfo;
     struct err_mgr jerr;
     unsigned char *volatile row = NULL;
@@ -95,11 +99,28 @@ static int decode_region(const unsigned char *data, size_t len, int channels, in
     if (y > 0) jpeg_skip_scanlines(&cinfo, (JDIMENSION)y);
     int oc = cinfo.output_components;
     int shift = x - (int)xoff;
-    int direct = (oc == channels && shift == 0 && (int)cinfo.output_width == w);
+    int direct = oc == channels && (flex != NULL || (shift == 0 && (int)cinfo.output_width == w));
+    if (flex != NULL) { /* direct: whole decoded scanlines; else (CMYK) the converted window */
+        out_stride = direct ? (ptrdiff_t)cinfo.output_width * oc : (ptrdiff_t)w * channels;
+        size_t need = (size_t)h * (size_t)out_stride;
+        if (need > *flex_cap) {
+            free(*flex);
+            *flex = (unsigned char *)malloc(need);
+            *flex_cap = *flex ? need : 0;
+        }
+        if (*flex == NULL) {
+            snprintf(err, ERRLEN, "out of memory");
+            jpeg_destroy_decompress(&cinfo);
+            return -1;
+        }
+        out = *flex + (direct ? (ptrdiff_t)shift * oc : 0);
+        *region = out;
+        *region_stride = out_stride;
+    }
     if (!direct) row = (unsigned char *)malloc((size_t)cinfo.output_width * oc + 16);
     for (int r = 0; r < h; r++) {
         unsigned char *dst = out + (ptrdiff_t)r * out_stride;
-        JSAMPROW rp = direct ? dst : row;
+        JSAMPROW rp = direct ? dst - (ptrdiff_t)shift * oc : row;
         if (jpeg_read_scanlines(&cinfo, &rp, 1) != 1) {
             snprintf(err, ERRLEN, "invalid JPEG data: could not read row %d", y + r);
             jpeg_destroy_decompress(&cinfo);
@@ -355,9 +376,10 @@ static void horizontal4(const float *col, const taps4 *xt, int ow, float *orow) 
     }
 }
 
-/* Resize an (h, w, 3) uint8 image to (out_h, out_w, 3) and emit it into dst. */
-static void resize_emit(const post_params *p, const unsigned char *img, int h, int w, int flip,
-                        void *dst, float *work, taps4 *xt4, taps2 *xt2) {
+/* Resize an (h, w, 3) uint8 image (rows `stride` bytes apart) to (out_h, out_w, 3) and emit it
+ * into dst. */
+static void resize_emit(const post_params *p, const unsigned char *img, ptrdiff_t stride, int h, int w,
+                        int flip, void *dst, float *work, taps4 *xt4, taps2 *xt2) {
     int oh = p->out_h, ow = p->out_w;
     size_t item = p->out_dtype == 0 ? 1 : (p->out_dtype == 1 ? 4 : 2);
     size_t drow = (size_t)ow * 3 * item;
@@ -370,8 +392,8 @@ static void resize_emit(const post_params *p, const unsigned char *img, int h, i
         for (int y = 0; y < oh; y++) {
             taps4 yt;
             cubic_taps(half, hs, y, h, &yt);
-            const unsigned char *r0 = img + (size_t)yt.idx[0] * w * 3, *r1 = img + (size_t)yt.idx[1] * w * 3,
-                                *r2 = img + (size_t)yt.idx[2] * w * 3, *r3 = img + (size_t)yt.idx[3] * w * 3;
+            const unsigned char *r0 = img + yt.idx[0] * stride, *r1 = img + yt.idx[1] * stride,
+                                *r2 = img + yt.idx[2] * stride, *r3 = img + yt.idx[3] * stride;
             vertical4(r0, r1, r2, r3, yt.w, w * 3, col);
             horizontal4(col, xt4, ow, orow);
             emit_row(p, orow, flip, (char *)dst + (size_t)y * drow);
@@ -382,7 +404,7 @@ static void resize_emit(const post_params *p, const unsigned char *img, int h, i
         for (int y = 0; y < oh; y++) {
             taps2 yt;
             linear_taps(half, hs, y, h, &yt);
-            const unsigned char *rt = img + (size_t)yt.lo * w * 3, *rb = img + (size_t)yt.hi * w * 3;
+            const unsigned char *rt = img + yt.lo * stride, *rb = img + yt.hi * stride;
             for (int x = 0; x < ow; x++) {
                 const taps2 *t = &xt2[x];
                 for (int ch = 0; ch < 3; ch++) {
@@ -429,29 +451,26 @@ static void *batch_worker(void *arg) {
         if (i >= j->n) break;
         const int32_t *cr = j->crops + 4 * (size_t)i;
         int h = cr[2], w = cr[3];
-        size_t need = (size_t)(h > 0 ? h : 1) * (size_t)(w > 0 ? w : 1) * 3;
-        if (need > img_cap) {
-            free(img);
-            img = (unsigned char *)malloc(need);
-            img_cap = need;
-        }
         size_t wneed = (size_t)(w > 0 ? w : 1) * 3 + (size_t)ow * 3 * 3 + 32;
         if (wneed > work_cap) {
             free(work);
             work = (float *)malloc(wneed * sizeof(float));
             work_cap = wneed;
         }
-        if (!img || !work || !xt4 || !xt2) {
+        if (!work || !xt4 || !xt2) {
             snprintf(j->errs[i], ERRLEN, "out of memory");
             j->failed[i] = 1;
             continue;
         }
-        if (decode_region(j->data[i], j->lens[i], 3, j->fast_dct, j->fancy, cr[0], cr[1], h, w, img,
-                          (ptrdiff_t)w * 3, j->errs[i]) != 0) {
+        const unsigned char *region = NULL;
+        ptrdiff_t stride = 0;
+        if (decode_region(j->data[i], j->lens[i], 3, j->fast_dct, j->fancy, cr[0], cr[1], h, w, NULL, 0,
+                          &img, &img_cap, &region, &stride, j->errs[i]) != 0) {
             j->failed[i] = 1;
             continue;
         }
-        resize_emit(&j->p, img, h, w, j->flips[i], j->out + j->out_item_bytes * (size_t)i, work, xt4, xt2);
+        resize_emit(&j->p, region, stride, h, w, j->flips[i], j->out + j->out_item_bytes * (size_t)i, work,
+                    xt4, xt2);
     }
     free(img);
     free(work);
@@ -492,7 +511,7 @@ static PyObject *py_decode_into(PyObject *self, PyObject *args) {
     } else {
         Py_BEGIN_ALLOW_THREADS
         rc = decode_region((const unsigned char *)b.buf, (size_t)b.len, channels, fast, fancy, y, x, h, w,
-                           (unsigned char *)o.buf, (ptrdiff_t)w * channels, err);
+                           (unsigned char *)o.buf, (ptrdiff_t)w * channels, NULL, NULL, NULL, NULL, err);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&b);
