@@ -9,6 +9,7 @@
 
 from tpudata._accel import accelerated
 from tpudata._accel import tune_allocator as tune_malloc
+from tpudata._outpool import release_batch_memory
 from tpudata.dataset import (
     AUTOTUNE,
     Dataset,
@@ -123,6 +124,7 @@ __all__ = [
     "read_record_at",
     "read_record_batches",
     "read_records",
+    "release_batch_memory",
     "shard_name",
     "tune_malloc",
     "verify_manifest",

@@ -14,6 +14,7 @@ from typing import Iterator
 
 import numpy as np
 
+from tpudata import _outpool
 from tpudata.dataset.columns import (
     RecordColumn, leaf_compact, leaf_concat, leaf_items, leaf_len, leaf_nbytes, leaf_slice,
     leaf_take, materialize,
@@ -50,7 +51,7 @@ def as_column(values: list, copy: bool = True):
     if arrs is not None and arrs[0].dtype != object:
         shape, dtype = arrs[0].shape, arrs[0].dtype
         if all(a.shape == shape and a.dtype == dtype for a in arrs):
-            return np.stack(arrs) if shape else np.array(arrs, dtype=dtype)
+            return _outpool.stack(arrs) if shape else np.array(arrs, dtype=dtype)
     out = np.empty(len(values), dtype=object)
     for k, v in enumerate(values):
         out[k] = v

@@ -18,6 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
+from tpudata import _outpool
 from tpudata.example.parse import VarLenValues
 from tpudata.tfrecord.batch import MultiBatch, RecordBatch
 
@@ -306,7 +307,7 @@ class _ArrayOps(ColumnOps):
     @staticmethod
     def concat(cols):
         try:
-            return np.concatenate(cols)
+            return _outpool.concatenate(cols)
         except ValueError:  # elements of different shapes: keep them as objects
             out = np.empty(sum(len(c) for c in cols), dtype=object)
             pos = 0

@@ -9,7 +9,7 @@ install time where ``jpeglib.h`` exists; otherwise a numpy/Pillow reference path
 (2, 3, 3)
 """
 
-from tpudata.image._outpool import release_batch_memory
+from tpudata._outpool import release_batch_memory
 from tpudata.image.decode import (
     decode_and_crop_jpeg,
     decode_image,

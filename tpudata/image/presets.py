@@ -4,7 +4,7 @@ variant, per image and per batch.
 The batch form decodes only each crop window (libjpeg-turbo ``jpeg_skip_scanlines`` /
 ``jpeg_crop_scanline``), resizes on TensorFlow's grid, flips, normalises and casts straight into a
 preallocated ``(n, size, size, 3)`` array, in C threads without the GIL. That array's memory is
-reused for a later batch once it and every view of it are dropped (:mod:`tpudata.image._outpool`;
+reused for a later batch once it and every view of it are dropped (:mod:`tpudata._outpool`;
 ``tpudata.image.release_batch_memory()`` unmaps what is kept). Without the compiled kernel
 the same steps run through the numpy/Pillow reference (slower, decode not bit-identical).
 """
@@ -15,9 +15,10 @@ import os
 
 import numpy as np
 
+from tpudata import _outpool
 from tpudata.dataset.columns import RecordColumn
 from tpudata.errors import InvalidImageError
-from tpudata.image import _backend, _outpool
+from tpudata.image import _backend
 from tpudata.image.decode import _info, as_buffer, decode_and_crop_jpeg
 from tpudata.image.ops import make_rng, sample_crop_window, to_bfloat16
 from tpudata.image.resize import resize_bicubic, resize_bilinear

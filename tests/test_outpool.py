@@ -1,5 +1,6 @@
-"""Batch outputs reuse the memory of dropped earlier batches, never of one still in use (or any
-view of it), from any thread; what is kept is bounded and can be released."""
+"""Batch outputs (image preprocessing, Dataset batches) reuse the memory of dropped earlier
+batches, never of one still in use (or any view of it), from any thread; what is kept is bounded
+and can be released."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 import tpudata.image as ti
-from tpudata.image import _outpool
+from tpudata import _outpool
 from tests.image.helpers import jpeg, mode  # noqa: F401
 
 SHAPE = (6, 256, 256, 3)  # 4.7 MB of float32: above MIN_BYTES
@@ -93,3 +94,52 @@ def test_preprocess_batch_outputs_are_recycled_and_exact(mode):  # noqa: F811
     assert ti.resnet_preprocess_batch(images, False, out=into) is into
     assert np.array_equal(into, expected)
 
+
+
+def _row(i):
+    return np.full(16384, i, np.float32)  # 64 KB: a batch of 128 is 8 MB
+
+
+def test_dataset_batches_reuse_dropped_memory_and_never_overwrite_kept_batches():
+    from tpudata import Dataset
+
+    ds = Dataset.range(768).map(_row).batch(128)
+    kept = list(ds)  # all six held: each has memory of its own, untouched by the later ones
+    assert len({b.ctypes.data for b in kept}) == 6
+    for k, b in enumerate(kept):
+        np.testing.assert_array_equal(b, np.broadcast_to(np.arange(128 * k, 128 * (k + 1), dtype=np.float32)[:, None],
+                                                         (128, 16384)))
+    del kept, b
+    addresses = []
+    for k, b in enumerate(ds):  # dropped as the loop goes: their memory serves later batches
+        assert b[0, 0] == 128 * k and b[-1, -1] == 128 * k + 127
+        addresses.append(b.ctypes.data)
+    assert len(set(addresses)) < len(addresses)
+    import tpudata
+
+    kept_bytes = _outpool.free_bytes()
+    assert kept_bytes >= 128 * 16384 * 4
+    assert tpudata.release_batch_memory() == kept_bytes and _outpool.free_bytes() == 0
+
+
+@pytest.mark.parametrize("arrays", [
+    [np.ones((64, 8192), np.int32), np.ones((64, 8192), np.float64)],  # promoted as numpy does
+    [np.ones((300, 4096), np.float32)] * 3,
+    [np.ones((2, 3), np.float32)] * 2,  # small: numpy's own result
+    [np.array([b"a", b"bc"], dtype=object)] * 2,
+])
+def test_concatenate_and_stack_are_numpys(arrays):
+    got = _outpool.concatenate(arrays)
+    assert got.dtype == np.concatenate(arrays).dtype and np.array_equal(got, np.concatenate(arrays))
+    got = _outpool.stack(arrays)
+    assert got.dtype == np.stack(arrays).dtype and np.array_equal(got, np.stack(arrays))
+
+
+def test_concatenate_and_stack_raise_as_numpy_does():
+    a, b = np.ones((600, 4096), np.float32), np.ones((600, 4095), np.float32)
+    for fn, ref in ((_outpool.concatenate, np.concatenate), (_outpool.stack, np.stack)):
+        with pytest.raises(ValueError) as want:
+            ref([a, b])
+        with pytest.raises(ValueError) as got:
+            fn([a, b])
+        assert str(got.value) == str(want.value)

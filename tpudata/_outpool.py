@@ -1,4 +1,5 @@
-"""Recycled memory for the batch preprocessing outputs.
+"""Recycled memory for large batch arrays: image preprocessing outputs, batches stacked or
+concatenated by the dataset ops.
 
 A batch of 128 ResNet images is a 77 MB float32 array. Fresh, its pages are faulted in and
 zeroed by the kernel on first write: ~0.3 CPU ms per image, a fifth of the whole preprocessing.
@@ -6,7 +7,8 @@ zeroed by the kernel on first write: ~0.3 CPU ms per image, a fifth of the whole
 the next batch once no array or view made from it is left (``weakref.finalize`` on the array all
 views refer to), so steady-state batches reuse memory that is already mapped. At most
 ``KEEP`` free mappings per size and ``MAX_FREE_BYTES`` in all are kept;
-:func:`release_batch_memory` drops them.
+:func:`release_batch_memory` drops them. :func:`concatenate` and :func:`stack` are numpy's, with
+results of ``MIN_BYTES`` or more in such memory.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import weakref
 
 import numpy as np
 
-__all__ = ["KEEP", "MAX_FREE_BYTES", "MIN_BYTES", "empty", "free_bytes", "release_batch_memory"]
+__all__ = ["KEEP", "MAX_FREE_BYTES", "MIN_BYTES", "concatenate", "empty", "free_bytes", "release_batch_memory",
+           "stack"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +65,45 @@ def empty(shape: tuple, dtype) -> np.ndarray:
     owner = np.frombuffer(mapping, np.uint8)
     weakref.finalize(owner, _give_back, mapping, nbytes).atexit = False
     return owner.view(dtype).reshape(shape)
+
+
+def _pooled(arrays: list, n: int, rest: tuple):
+    """The dtype of a pooled result of ``n`` rows shaped ``rest``, or None where numpy's own
+    result is as good (small, objects, or shapes that do not line up: numpy raises)."""
+    first = arrays[0]
+    if first.dtype == object or any(a.shape[len(a.shape) - len(rest):] != rest for a in arrays):
+        return None
+    try:
+        dtype = np.result_type(*arrays)
+    except (TypeError, ValueError):
+        return None
+    if dtype == object or n * int(np.prod(rest, dtype=np.int64)) * dtype.itemsize < MIN_BYTES:
+        return None
+    return dtype
+
+
+def concatenate(arrays: list) -> np.ndarray:
+    """``np.concatenate(arrays)`` (axis 0), a large result in recycled memory."""
+    first = arrays[0]
+    if first.ndim == 0 or any(a.ndim != first.ndim for a in arrays):
+        return np.concatenate(arrays)  # raises as numpy does
+    rest = first.shape[1:]
+    n = sum(a.shape[0] for a in arrays)
+    dtype = _pooled(arrays, n, rest)
+    if dtype is None:
+        return np.concatenate(arrays)
+    return np.concatenate(arrays, out=empty((n,) + rest, dtype))
+
+
+def stack(arrays: list) -> np.ndarray:
+    """``np.stack(arrays)`` (axis 0), a large result in recycled memory."""
+    first = arrays[0]
+    if any(a.shape != first.shape for a in arrays):
+        return np.stack(arrays)  # raises as numpy does
+    dtype = _pooled(arrays, len(arrays), first.shape)
+    if dtype is None:
+        return np.stack(arrays)
+    return np.stack(arrays, out=empty((len(arrays),) + first.shape, dtype))
 
 
 def _give_back(mapping: mmap.mmap, nbytes: int) -> None:
