@@ -95,3 +95,11 @@ def test_malloc_tuning_is_opt_in():
             "print(tpudata.tune_malloc(), _accel.allocator_tuned())\n")
     assert _run(code).stdout.split() == ["None", "True", "True"]
     assert _run(code, TPUDATA_MALLOC_TUNING="1").stdout.split()[0] == "True"
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_arena_limit_is_checked_and_can_be_left_alone():
+    with pytest.raises(ValueError, match="arena_max must be at least 1, got 0"):
+        _accel.tune_allocator(True, arena_max=0)
+    assert _accel.tune_allocator(True, arena_max=None) is True
+    assert _accel.tune_allocator(True) is True

@@ -107,10 +107,10 @@ _allocator_state: bool | None = None
 
 
 def tune_allocator(enable: bool = True, mmap_threshold: int = 16 << 20,
-                   trim_threshold: int = 128 << 20, arena_max: int = 1) -> bool:
+                   trim_threshold: int = 128 << 20, arena_max: int | None = 1) -> bool:
     """Let glibc malloc keep up to ``trim_threshold`` freed bytes, serve blocks below
-    ``mmap_threshold`` from its heap, and give threads at most ``arena_max`` arenas
-    (``enable=False`` restores glibc's defaults).
+    ``mmap_threshold`` from its heap, and give threads at most ``arena_max`` arenas (None: leave
+    the number of arenas as it is) (``enable=False`` restores glibc's defaults).
 
     Process-wide (exported as ``tpudata.tune_malloc``); returns False where there is no glibc
     ``mallopt``. Call it early: threads that already allocated keep their arenas, and glibc fixes
@@ -118,7 +118,7 @@ def tune_allocator(enable: bool = True, mmap_threshold: int = 16 << 20,
     ``enable=False`` restores the thresholds but not always the number of arenas.
     """
     global _allocator_state
-    if arena_max < 1:
+    if arena_max is not None and arena_max < 1:
         raise ValueError(f"tune_allocator: arena_max must be at least 1, got {arena_max}")
     try:
         import ctypes
@@ -129,7 +129,7 @@ def tune_allocator(enable: bool = True, mmap_threshold: int = 16 << 20,
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     if enable:
         ok = (mallopt(_M_MMAP_THRESHOLD, mmap_threshold) and mallopt(_M_TRIM_THRESHOLD, trim_threshold)
-              and mallopt(_M_ARENA_MAX, arena_max))
+              and (arena_max is None or mallopt(_M_ARENA_MAX, arena_max)))
     else:  # glibc's defaults; its arena limit is 8 per core on 64-bit machines
         ok = (mallopt(_M_MMAP_THRESHOLD, 128 << 10) and mallopt(_M_TRIM_THRESHOLD, 128 << 10)
               and mallopt(_M_ARENA_MAX, 8 * (os.cpu_count() or 1)))
@@ -149,8 +149,9 @@ def tune_allocator_if_requested() -> None:
         tune_allocator(True)
 
 
-def ensure_allocator_tuned() -> None:
+def ensure_allocator_tuned(arena_max: int | None = 1) -> None:
     """Tune the allocator once per process unless ``TPUDATA_MALLOC_TUNING=0`` (for applications
-    that own their process: the command line, the benchmarks)."""
+    that own their process: the command line, the benchmarks; a process map's parent passes
+    ``arena_max=None``, as it may be a trainer whose own threads allocate)."""
     if _allocator_state is None and os.environ.get("TPUDATA_MALLOC_TUNING", "1") != "0":
-        tune_allocator(True)
+        tune_allocator(True, arena_max=arena_max)

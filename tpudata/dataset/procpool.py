@@ -106,7 +106,8 @@ class ProcessMapper:
         self._deterministic = bool(deterministic)
         self._start_method = _start_method(start_method)
         fn_bytes = _dumps_fn(fn)
-        _accel.ensure_allocator_tuned()  # results are copied into fresh memory: keep it mapped
+        # results are copied into fresh memory: keep it mapped (not the arena limit: a trainer's threads)
+        _accel.ensure_allocator_tuned(arena_max=None)
         self._lock = threading.Lock()
         self._closing_done = threading.Event()
         self._prefix = f"tpd{os.getpid()}{secrets.token_hex(3)}_"
