@@ -143,3 +143,38 @@ def test_concatenate_and_stack_raise_as_numpy_does():
         with pytest.raises(ValueError) as got:
             fn([a, b])
         assert str(got.value) == str(want.value)
+
+
+def test_a_forked_child_does_not_inherit_a_held_lock_or_the_parents_free_memory():
+    """A DataLoader worker forked while another thread holds the pool's lock can still allocate."""
+    import subprocess
+    import sys
+
+    code = """if True:
+        import os, threading
+        import numpy as np
+        from tpudata import _outpool
+        _outpool.empty((8, 1 << 20), np.uint8)  # dropped at once: one free mapping in the parent
+        held, done = threading.Event(), threading.Event()
+        def hold():
+            with _outpool._lock:
+                held.set()
+                done.wait()
+        t = threading.Thread(target=hold)
+        t.start()
+        held.wait()
+        pid = os.fork()
+        if pid == 0:
+            import signal
+            signal.alarm(20)  # a child that hangs on the lock ends itself
+            a = _outpool.empty((8, 1 << 20), np.uint8)
+            a[:] = 1
+            os._exit(0 if _outpool.free_bytes() == 0 and int(a.sum()) == 8 << 20 else 3)
+        _, status = os.waitpid(pid, 0)
+        done.set()
+        t.join()
+        print(os.waitstatus_to_exitcode(status), _outpool.free_bytes())
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", str(8 << 20)]

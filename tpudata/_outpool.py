@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import mmap
+import os
 import threading
 import weakref
 
@@ -32,6 +33,18 @@ MIN_BYTES = 4 << 20  # smaller outputs come from np.empty (malloc keeps such blo
 _lock = threading.RLock()  # reentrant: a finalizer may run inside (an allocation can trigger gc)
 _free: dict[int, list[mmap.mmap]] = {}
 _free_bytes = 0
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a DataLoader worker, say) starts with an unlocked lock and an empty free
+    list: the parent's lock may have been held by a thread that does not exist in the child, and
+    the inherited free mappings are the parent's memory."""
+    global _lock, _free, _free_bytes
+    _lock, _free, _free_bytes = threading.RLock(), {}, 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def empty(shape: tuple, dtype) -> np.ndarray:
