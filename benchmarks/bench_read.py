@@ -121,10 +121,7 @@ def run_tf_script(script: str, args: list[str]) -> dict | None:
     python = os.environ.get("TF_PYTHON") or sys.executable  # e.g. TF_PYTHON=/work/tfvenv/bin/python
     if python == sys.executable and importlib.util.find_spec("tensorflow") is None:
         return None
-    env = dict(os.environ)
-    if _accel._allocator_state:
-        env.update(MALLOC_MMAP_THRESHOLD_=str(16 << 20), MALLOC_TRIM_THRESHOLD_=str(128 << 20),
-                   MALLOC_ARENA_MAX="1")
+    env = dict(os.environ, **_accel.allocator_environ())
     proc = subprocess.run([python, "-c", script, *args], capture_output=True, text=True,
                           check=False, env=env)
     if proc.returncode:

@@ -102,4 +102,10 @@ def test_arena_limit_is_checked_and_can_be_left_alone():
     with pytest.raises(ValueError, match="arena_max must be at least 1, got 0"):
         _accel.tune_allocator(True, arena_max=0)
     assert _accel.tune_allocator(True, arena_max=None) is True
+    assert "MALLOC_ARENA_MAX" not in _accel.allocator_environ()
+    assert _accel.tune_allocator(False) is True and _accel.allocator_environ() == {}
     assert _accel.tune_allocator(True) is True
+    # what a peer benchmark's subprocess is given: the same settings, as glibc's variables
+    assert _accel.allocator_environ() == {"MALLOC_MMAP_THRESHOLD_": str(16 << 20),
+                                          "MALLOC_TRIM_THRESHOLD_": str(128 << 20),
+                                          "MALLOC_ARENA_MAX": "1"}

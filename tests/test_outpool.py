@@ -107,8 +107,8 @@ def test_dataset_batches_reuse_dropped_memory_and_never_overwrite_kept_batches()
     kept = list(ds)  # all six held: each has memory of its own, untouched by the later ones
     assert len({b.ctypes.data for b in kept}) == 6
     for k, b in enumerate(kept):
-        np.testing.assert_array_equal(b, np.broadcast_to(np.arange(128 * k, 128 * (k + 1), dtype=np.float32)[:, None],
-                                                         (128, 16384)))
+        rows = np.arange(128 * k, 128 * (k + 1), dtype=np.float32)[:, None]
+        np.testing.assert_array_equal(b, np.broadcast_to(rows, (128, 16384)))
     del kept, b
     addresses = []
     for k, b in enumerate(ds):  # dropped as the loop goes: their memory serves later batches

@@ -104,6 +104,7 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
 _allocator_state: bool | None = None
+_allocator_environ: dict[str, str] = {}  # the glibc settings tune_allocator(True) made
 
 
 def tune_allocator(enable: bool = True, mmap_threshold: int = 16 << 20,
@@ -117,7 +118,7 @@ def tune_allocator(enable: bool = True, mmap_threshold: int = 16 << 20,
     the arena limit for good once a thread started after the call has asked for one, so
     ``enable=False`` restores the thresholds but not always the number of arenas.
     """
-    global _allocator_state
+    global _allocator_state, _allocator_environ
     if arena_max is not None and arena_max < 1:
         raise ValueError(f"tune_allocator: arena_max must be at least 1, got {arena_max}")
     try:
@@ -134,8 +135,20 @@ def tune_allocator(enable: bool = True, mmap_threshold: int = 16 << 20,
         ok = (mallopt(_M_MMAP_THRESHOLD, 128 << 10) and mallopt(_M_TRIM_THRESHOLD, 128 << 10)
               and mallopt(_M_ARENA_MAX, 8 * (os.cpu_count() or 1)))
     _allocator_state = enable
+    _allocator_environ = {}
+    if enable:
+        _allocator_environ = {"MALLOC_MMAP_THRESHOLD_": str(mmap_threshold),
+                              "MALLOC_TRIM_THRESHOLD_": str(trim_threshold)}
+        if arena_max is not None:
+            _allocator_environ["MALLOC_ARENA_MAX"] = str(arena_max)
     logger.debug("glibc malloc tuning %s", "on" if enable else "off")
     return bool(ok)
+
+
+def allocator_environ() -> dict[str, str]:
+    """The environment variables that give a child process (a peer benchmark, say) the glibc
+    settings this process was tuned with; empty when it was not."""
+    return dict(_allocator_environ)
 
 
 def allocator_tuned() -> bool | None:

@@ -82,10 +82,7 @@ def empty(shape: tuple, dtype) -> np.ndarray:
 
 def _pooled(arrays: list, n: int, rest: tuple):
     """The dtype of a pooled result of ``n`` rows shaped ``rest``, or None where numpy's own
-    result is as good (small, objects, or shapes that do not line up: numpy raises)."""
-    first = arrays[0]
-    if first.dtype == object or any(a.shape[len(a.shape) - len(rest):] != rest for a in arrays):
-        return None
+    result is as good (small, objects, or dtypes that do not combine: numpy raises)."""
     try:
         dtype = np.result_type(*arrays)
     except (TypeError, ValueError):
@@ -98,9 +95,9 @@ def _pooled(arrays: list, n: int, rest: tuple):
 def concatenate(arrays: list) -> np.ndarray:
     """``np.concatenate(arrays)`` (axis 0), a large result in recycled memory."""
     first = arrays[0]
-    if first.ndim == 0 or any(a.ndim != first.ndim for a in arrays):
-        return np.concatenate(arrays)  # raises as numpy does
     rest = first.shape[1:]
+    if first.ndim == 0 or any(a.ndim != first.ndim or a.shape[1:] != rest for a in arrays):
+        return np.concatenate(arrays)  # raises as numpy does
     n = sum(a.shape[0] for a in arrays)
     dtype = _pooled(arrays, n, rest)
     if dtype is None:

@@ -44,25 +44,26 @@ def test_process_map_restores_exactly_everywhere():
     assert ids == list(range(0, 40, 2))
 
 
-def test_process_map_error_names_the_worker_and_element():
-    with Dataset.range(10).map(fail_on_five, num_parallel_calls=2, use_processes=True).iterator() as it:
-        got = []
-        with pytest.raises(WorkerError, match="no token for 5") as e:
+def _until_worker_error(fn, n: int, match: str) -> tuple[list[int], WorkerError]:
+    """The elements of ``range(n).map(fn)`` on 2 processes before the WorkerError, and that error."""
+    got = []
+    with Dataset.range(n).map(fn, num_parallel_calls=2, use_processes=True).iterator() as it:
+        with pytest.raises(WorkerError, match=match) as e:
             for x in it:
                 got.append(int(x))
+    return got, e.value
+
+
+def test_process_map_error_names_the_worker_and_element():
+    got, err = _until_worker_error(fail_on_five, 10, "no token for 5")
     assert got == [0, 1, 2, 3, 4]
-    assert isinstance(e.value.__cause__, KeyError) and e.value.pid not in (None, os.getpid())
+    assert isinstance(err.__cause__, KeyError) and err.pid not in (None, os.getpid())
 
 
 def test_a_worker_that_dies_is_named_with_the_input_elements_it_held():
     import signal
 
-    with Dataset.range(20).map(die_on_seven, num_parallel_calls=2, use_processes=True).iterator() as it:
-        got = []
-        with pytest.raises(WorkerError, match="killed by signal SIGKILL") as e:
-            for x in it:
-                got.append(int(x))
-    err = e.value
+    got, err = _until_worker_error(die_on_seven, 20, "killed by signal SIGKILL")
     assert got == [2 * i for i in range(len(got))] and len(got) <= 7
     assert err.exitcode == -signal.SIGKILL and err.pid not in (None, os.getpid())
     # named by the map op and the input elements of the chunk the worker held, not the pool's
