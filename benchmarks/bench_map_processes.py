@@ -11,7 +11,7 @@ Two CPU-bound functions that hold the GIL, over in-memory elements:
 The peer is the same function applied in-line in this process (``[fn(x) for x in elements]``);
 the Dataset rows run ``Dataset.from_tensor_slices(elements).map(fn)`` in-line against ``map(fn,
 num_parallel_calls=workers, use_processes=True)`` (chunks of elements per task, see
-``tpudata.dataset.procmap``), rate measured after the first element (start-up printed apart, and
+``tpudata.dataset.parallel.processes.map``), rate measured after the first element (start-up printed apart, and
 the ratio with it included).
 ProcessMapper runs with ``num_workers`` processes (default 2, the cores of the dev machine), with
 the default ``max_in_flight`` (2 per worker: one element per message) and with a larger one (room
@@ -41,7 +41,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tpudata.dataset.procpool import ProcessMapper  # noqa: E402
+from tpudata.dataset.parallel.processes.pool import ProcessMapper  # noqa: E402
 
 VOCAB = 30_000
 WORDS_PER_TEXT = 250  # a paragraph: ~1.3 KB of text

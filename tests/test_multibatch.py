@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 import tpudata
 from tpudata import FixedLenFeature, RaggedFeature, VarLenFeature, VarLenValues
 from tpudata import _accel
-from tpudata.dataset.block import RecordColumn
-from tpudata.dataset.columns import BytesColumn
-from tpudata.dataset.parse import _parse_column
+from tpudata.dataset.core.block import RecordColumn
+from tpudata.dataset.core.columns import BytesColumn
+from tpudata.dataset.ops.parse import _parse_column
 from tpudata.errors import InvalidExampleError, SpecError
 from tpudata.example import wire
 from tpudata.example.parse import parse_prepared, prepare_spec

@@ -11,7 +11,7 @@ import pytest
 
 import tpudata
 from tpudata import Dataset, FixedLenFeature, TFRecordDataset
-from tpudata.dataset.columns import BytesColumn
+from tpudata.dataset.core.columns import BytesColumn
 
 SPEC = {"img": FixedLenFeature([], bytes), "name": FixedLenFeature([], bytes),
         "label": FixedLenFeature([], np.int64)}
@@ -81,7 +81,7 @@ def test_zero_copy_column_restores_exactly(path):
 def test_parse_after_batch_keeps_the_column_without_copying_it_out(path, monkeypatch):
     # a block of batched elements holds each element's column itself: nothing converts it to
     # bytes objects on the way (BytesColumn.to_list is the copy)
-    from tpudata.dataset.block import as_column
+    from tpudata.dataset.core.block import as_column
 
     col = BytesColumn.from_bytes([b"ab", b"cde"])
     calls = []

@@ -12,7 +12,7 @@ import pytest
 
 import tpudata
 from tpudata.dataset import Dataset, TFRecordDataset
-from tpudata.dataset.iterator import IterContext
+from tpudata.dataset.core.iterator import IterContext
 from tpudata.errors import CorruptRecordError
 from tests.dataset.helpers import (SPEC, check_restore_everywhere, outputs,
                                    tf_interleave_reference, tpudata_threads, write_shards)
@@ -169,7 +169,7 @@ def test_gathering_never_mixes_dtypes():
 
 
 def test_small_file_end_comes_in_one_hand_off(tmp_path):
-    from tpudata.dataset.reader_pool import READ_THROUGH_BYTES, PooledReader, ReaderPool
+    from tpudata.dataset.parallel.reader_pool import READ_THROUGH_BYTES, PooledReader, ReaderPool
 
     small = write_shards(tmp_path / "small", 1, 3)[0]
     ctx = IterContext()
@@ -233,7 +233,7 @@ def _open_fds() -> int:
 def test_small_local_files_are_read_whole_in_groups(tmp_path, monkeypatch):
     # 96 small files: read whole, many per pool task (one native call each), in TF's order,
     # deterministic or not; the parallel order matches the sequential one
-    from tpudata.dataset import reader_pool
+    from tpudata.dataset.parallel import reader_pool
 
     paths, ids = _tiny_shards(tmp_path, [3] * 96)
     calls = []
@@ -306,7 +306,7 @@ def test_files_opened_ahead_are_closed_with_the_iterator(tmp_path):
 
 
 def test_whole_file_reads_held_sent_and_declined(tmp_path):
-    from tpudata.dataset.reader_pool import PooledReader, ReaderPool, WholeFileReader
+    from tpudata.dataset.parallel.reader_pool import PooledReader, ReaderPool, WholeFileReader
 
     paths, _ = _tiny_shards(tmp_path, [3] * 4)
     big = str(tmp_path / "big.tfrecord")
@@ -338,7 +338,7 @@ def test_whole_file_reads_held_sent_and_declined(tmp_path):
 
 def test_assemble_order_small_and_large_paths_agree(monkeypatch):
     """The gather order built with Python ints (small) equals the numpy one (large)."""
-    from tpudata.dataset import interleave as il
+    from tpudata.dataset.ops import interleave as il
 
     rng = np.random.default_rng(5)
     for _ in range(300):

@@ -156,7 +156,7 @@ def test_close_while_the_producer_is_inside_a_generator_closes_it_afterwards(cap
         finally:
             closed.set()
 
-    caplog.set_level(logging.DEBUG, logger="tpudata.dataset.generator")
+    caplog.set_level(logging.DEBUG, logger="tpudata.dataset.sources.generator")
     try:
         it = iter(Dataset.from_generator(slow, output_signature=TensorSpec((), np.int64)).prefetch(1))
         assert int(next(it)) == 1

@@ -45,13 +45,13 @@ def test_shard_warning_counts_records_from_manifests(tmp_path, caplog):
     """With manifests the few-files warning counts this host's records (not only files)."""
     tpudata.build_shards(list(range(100)), _encode, str(tmp_path), "train", num_shards=3,
                          workers=1)
-    with caplog.at_level("WARNING", logger="tpudata.dataset.shard"):
+    with caplog.at_level("WARNING", logger="tpudata.dataset.ops.shard"):
         tpudata.Dataset.list_files(str(tmp_path / "train-*-of-*"), shuffle=False).shard(2, 0)
     counts = [34, 33, 33]  # build_shards splits 100 records over 3 shards
     assert f"gets {counts[0] + counts[2]} of 100 records (2 of 3 files; hosts get 33 to 67 " \
            "records)" in caplog.text
     caplog.clear()
-    with caplog.at_level("WARNING", logger="tpudata.dataset.shard"):
+    with caplog.at_level("WARNING", logger="tpudata.dataset.ops.shard"):
         tpudata.Dataset.list_files(str(tmp_path / "train-*-of-*"), seed=1).shard(3, 1)
     assert "gets 1 of 3 files, about 33 of 100 records" in caplog.text
 
@@ -59,6 +59,6 @@ def test_shard_warning_counts_records_from_manifests(tmp_path, caplog):
 def test_shard_warning_without_manifests_counts_files(tmp_path, caplog):
     files = _build(tmp_path)
     storage.remove(str(tmp_path / "train.manifest.json"))
-    with caplog.at_level("WARNING", logger="tpudata.dataset.shard"):
+    with caplog.at_level("WARNING", logger="tpudata.dataset.ops.shard"):
         tpudata.Dataset.list_files(files, shuffle=False).shard(2, 1)
     assert "gets 1 of 3 files;" in caplog.text and "records" not in caplog.text

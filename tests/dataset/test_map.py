@@ -176,8 +176,8 @@ def test_element_spec_is_declared_without_running():
 def test_use_processes_names_the_missing_module():
     import importlib.util
 
-    if importlib.util.find_spec("tpudata.dataset.procpool") is None:
-        with pytest.raises(NotImplementedError, match="tpudata.dataset.procpool"):
+    if importlib.util.find_spec("tpudata.dataset.parallel.processes.pool") is None:
+        with pytest.raises(NotImplementedError, match="tpudata.dataset.parallel.processes.pool"):
             outputs(Dataset.range(3).map(abs, use_processes=True, num_parallel_calls=2))
     else:  # the process pool is there: it must give the same elements
         assert outputs(Dataset.range(3).map(abs, use_processes=True, num_parallel_calls=2)) == [0, 1, 2]

@@ -119,7 +119,7 @@ def _tag_only(e):
 
 
 def test_process_map_bounds_the_elements_in_flight():
-    from tpudata.dataset import procmap
+    from tpudata.dataset.parallel.processes import map as procmap
 
     pulled = []
 
@@ -151,8 +151,8 @@ Point = namedtuple("Point", "x y")
 
 
 def _typed_block():
-    from tpudata.dataset.block import Block, RecordColumn
-    from tpudata.dataset.nest import flatten
+    from tpudata.dataset.core.block import Block, RecordColumn
+    from tpudata.dataset.core.nest import flatten
     from tpudata.example.parse import VarLenValues
 
     n = 5
@@ -217,9 +217,9 @@ def _same_values(a, b) -> None:
 
 
 def test_process_map_chunk_encoding_round_trips_every_column_kind():
-    from tpudata.dataset import _shm
-    from tpudata.dataset.block import Block
-    from tpudata.dataset.procmap import chunk_elements, chunk_of
+    from tpudata.dataset.parallel.processes import shm as _shm
+    from tpudata.dataset.core.block import Block
+    from tpudata.dataset.parallel.processes.map import chunk_elements, chunk_of
 
     block = _typed_block()
     expected = list(block.elements())
@@ -247,7 +247,7 @@ def test_process_map_chunk_encoding_round_trips_every_column_kind():
 
 
 def _flat_leaf(value):
-    from tpudata.dataset.nest import flatten
+    from tpudata.dataset.core.nest import flatten
 
     tree, leaves = flatten(value)
     return tree, [leaves, leaves]
@@ -306,7 +306,7 @@ def test_process_map_outputs_kept_by_the_consumer_stay_intact():
 
 def test_process_map_chunks_are_capped_by_the_bytes_of_their_outputs():
     from tests.dataset.procpool_fns import megabyte, wide
-    from tpudata.dataset import procmap
+    from tpudata.dataset.parallel.processes import map as procmap
 
     for fn, most in ((megabyte, procmap.CHUNK_BYTES >> 20), (wide, None)):
         with Dataset.range(60).map(fn, num_parallel_calls=2, use_processes=True).iterator() as it:

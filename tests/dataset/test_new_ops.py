@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from tpudata.dataset import UNKNOWN, Dataset, TensorSpec
-from tpudata.dataset.spec import DatasetSpec
-from tpudata.dataset.nest import flatten
+from tpudata.dataset.core.spec import DatasetSpec
+from tpudata.dataset.core.nest import flatten
 from tpudata.errors import SpecError
 from tests.dataset.helpers import check_restore_everywhere, outputs
 

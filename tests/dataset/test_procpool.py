@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from tests.dataset.procpool_fns import LoadsOnlyInParent, apply, sleep_forever
-from tpudata.dataset import _shm
-from tpudata.dataset.procpool import ProcessMapper
+from tpudata.dataset.parallel.processes import shm as _shm
+from tpudata.dataset.parallel.processes.pool import ProcessMapper
 from tpudata.errors import NotPicklableError, TpuDataError, WorkerError
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="counts segments in /dev/shm")
@@ -34,7 +34,7 @@ def our_segments(prefix: str = "") -> list[str]:
 def bounded_segments() -> bool:
     """While the 2-worker mapper lives: at most 2 reusable segments per worker for its inputs
     and 2 + LEND_SLOTS for its results."""
-    from tpudata.dataset._procworker import LEND_SLOTS
+    from tpudata.dataset.parallel.processes.worker import LEND_SLOTS
 
     return len(our_segments()) <= 2 * (2 + 2 + LEND_SLOTS)
 
@@ -398,7 +398,7 @@ def test_workers_exit_when_the_parent_is_killed(tmp_path):
     script = textwrap.dedent("""
         import multiprocessing, threading, time
         from tests.dataset.procpool_fns import sleep_forever
-        from tpudata.dataset.procpool import ProcessMapper
+        from tpudata.dataset.parallel.processes.pool import ProcessMapper
         if __name__ == "__main__":
             m = ProcessMapper(sleep_forever, num_workers=2)
             run = m.imap(range(4))

@@ -16,7 +16,7 @@ def _write(path, n, size=1000):
 
 def _first_then_threads(ds):
     """Whether the records came through a read-ahead thread, and the records."""
-    from tpudata.dataset.prefetch import PrefetchIterator
+    from tpudata.dataset.parallel.prefetch import PrefetchIterator
 
     it = iter(ds)
     first = next(it)

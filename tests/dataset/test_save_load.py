@@ -16,8 +16,8 @@ import tpudata
 from fake_gcs.pytest_plugin import fake_gcs_server  # noqa: F401 - the fixture
 from tpudata import storage
 from tpudata.dataset import Dataset, TensorSpec, VarLenSpec
-from tpudata.dataset.saved_format import METADATA
-from tpudata.dataset.spec import RaggedSpec, SparseSpec
+from tpudata.dataset.io.saved_format import METADATA
+from tpudata.dataset.core.spec import RaggedSpec, SparseSpec
 from tpudata.errors import SavedDatasetError, SavedDatasetNotFoundError, SpecError
 from tpudata.example.parse import VarLenValues
 from tpudata.example.structured import RaggedValues, SparseValues
@@ -66,7 +66,7 @@ def test_shards_are_plain_tfrecord_files_round_robin(tmp_path):
     first = storage.join(str(tmp_path), meta["shards"][1]["file"])
     records = list(tpudata.read_records(first))  # TFRecord framing, CRCs checked
     assert len(records) == 3
-    from tpudata.dataset.saved_format import Leaf, decode_element
+    from tpudata.dataset.io.saved_format import Leaf, decode_element
 
     leaf = [Leaf("tensor", np.int64, ())]
     assert [int(decode_element(leaf, r)[0]) for r in records] == [1, 5, 9]
@@ -230,7 +230,7 @@ def test_progress_bar(tmp_path, capsys):
 
 
 def test_wait_for_a_save_in_progress(tmp_path, monkeypatch):
-    from tpudata.dataset import load
+    from tpudata.dataset.sources import load
 
     monkeypatch.setattr(load, "WAIT_POLL_SECONDS", 0.05)
     path = str(tmp_path / "later")
@@ -292,7 +292,7 @@ def test_bfloat16_loads_in_a_fresh_process(tmp_path):
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from tpudata.dataset.saved_format import (  # noqa: E402
+from tpudata.dataset.io.saved_format import (  # noqa: E402
     Leaf, decode_columns, decode_element, encode_columns, encode_element,
 )
 

@@ -13,7 +13,7 @@ tf = pytest.importorskip("tensorflow")
 
 import tpudata  # noqa: E402
 from tpudata.dataset import Dataset  # noqa: E402
-from tpudata.dataset.saved_format import METADATA  # noqa: E402
+from tpudata.dataset.io.saved_format import METADATA  # noqa: E402
 
 
 @pytest.mark.parametrize("compression", [None, "GZIP", "ZLIB"])

@@ -12,7 +12,7 @@ from tpudata import Dataset
 
 PIPELINES = {
     "shuffle.repeat": lambda: Dataset.range(6).shuffle(5).repeat(4),
-    "list_files.repeat": lambda: Dataset.list_files("tpudata/dataset/*.py").repeat(3),
+    "list_files.repeat": lambda: Dataset.list_files("tpudata/dataset/ops/*.py").repeat(3),
     "random": lambda: Dataset.random().take(5).repeat(5),
     "sample.shuffle": lambda: Dataset.sample_from_datasets(
         [Dataset.range(5), Dataset.range(10, 15)]).shuffle(3).repeat(3),

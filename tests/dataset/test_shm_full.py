@@ -13,7 +13,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from tpudata.dataset import _shm
+from tpudata.dataset.parallel.processes import shm as _shm
 from tpudata.errors import SharedMemoryFullError, TpuDataError
 
 
@@ -55,7 +55,7 @@ _SMALL_SHM = textwrap.dedent("""
 
     import numpy as np
     from tpudata.dataset import Dataset
-    from tpudata.dataset.procpool import ProcessMapper
+    from tpudata.dataset.parallel.processes.pool import ProcessMapper
     from tpudata.errors import SharedMemoryFullError, WorkerError
 
     def big(x):

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import tpudata
 from tpudata.dataset import Dataset, TFRecordDataset
-from tpudata.dataset import sources
+from tpudata.dataset.sources import files as sources
 from tests.dataset.helpers import SPEC, outputs, write_shards
 
 

@@ -22,7 +22,7 @@ def _bytes_read() -> int:
 
 
 def test_restore_reads_about_the_buffer_not_the_input(tmp_path, monkeypatch):
-    from tpudata.dataset import shuffle
+    from tpudata.dataset.ops import shuffle
 
     # one read per buffered frame (by default frames closer than 4 MB share one request, which
     # for these small files would read them whole)

@@ -12,7 +12,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 import tpudata
 from tests.dataset.helpers import outputs
 from tpudata.dataset import Dataset, TFRecordDataset
-from tpudata.dataset.spill import prune_spilled, remove_spilled, spilled_files
+from tpudata.dataset.io.spill import prune_spilled, remove_spilled, spilled_files
 
 
 def big(x):

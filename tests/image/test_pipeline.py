@@ -68,7 +68,7 @@ def test_batch_and_element_forms_run_and_restore_exactly(tmp_path):
 def test_jpeg_bytes_reach_the_batch_op_as_views_and_the_batch_is_not_copied(tmp_path):
     """parse -> batch hands the image bytes to the batch op in the read buffers (a BytesColumn, no
     bytes object per image); the array the op returns is the one the pipeline yields (no np.stack)."""
-    from tpudata.dataset.columns import BytesColumn
+    from tpudata.dataset.core.columns import BytesColumn
 
     pattern = _shards(str(tmp_path))
     seen, made = [], []

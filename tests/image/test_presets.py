@@ -162,7 +162,7 @@ def test_batch_kernel_handles_every_jpeg_kind(name):
 def test_zero_copy_column_gives_the_same_batch_as_bytes(mode):
     """A parsed bytes feature after batch (BytesColumn: views into read buffers, here two of them
     so images are addressed by buffer index) decodes in place to the same batch as bytes objects."""
-    from tpudata.dataset.columns import BytesColumn, RecordColumn
+    from tpudata.dataset.core.columns import BytesColumn, RecordColumn
 
     images = _batch(6)
     col = RecordColumn.concat([BytesColumn.from_bytes(images[:2]), BytesColumn.from_bytes(images[2:])])
@@ -178,7 +178,7 @@ def test_zero_copy_column_gives_the_same_batch_as_bytes(mode):
 
 
 def test_zero_copy_column_names_the_bad_image(mode):
-    from tpudata.dataset.columns import BytesColumn
+    from tpudata.dataset.core.columns import BytesColumn
 
     col = BytesColumn.from_bytes([jpeg(40, 50), b"not a jpeg", jpeg(41, 52)])
     with pytest.raises(InvalidImageError, match="image 1 of the batch") as info:

@@ -73,7 +73,7 @@ def test_pack_then_unpickle_equals_to_torch(bytes_as, threshold):
 def test_a_parsed_bytes_column_packs_straight_from_the_read_buffers(bytes_as, threshold):
     # parse -> batch leaves a large bytes feature in the read buffers (BytesColumn); to_torch and
     # pack copy each value once from there, and give what the same values as bytes would give
-    from tpudata.dataset.columns import BytesColumn
+    from tpudata.dataset.core.columns import BytesColumn
 
     rng = np.random.default_rng(5)
     values = [rng.bytes(int(n)) for n in rng.integers(0, 30_000, 7)]

@@ -16,7 +16,7 @@ import os
 import numpy as np
 
 from tpudata import _outpool
-from tpudata.dataset.columns import RecordColumn
+from tpudata.dataset.core.columns import RecordColumn
 from tpudata.errors import InvalidImageError
 from tpudata.image import _backend
 from tpudata.image.decode import _info, as_buffer, decode_and_crop_jpeg
@@ -60,7 +60,7 @@ def _central_fraction_window(h: int, w: int, fraction: float) -> tuple[int, int,
 
 class _Images:
     """A batch of JPEGs as the kernel takes them: a zero-copy column (a parsed bytes feature after
-    ``batch``: :class:`~tpudata.dataset.columns.BytesColumn`) stays in its read buffers; anything
+    ``batch``: :class:`~tpudata.dataset.core.columns.BytesColumn`) stays in its read buffers; anything
     else becomes a list of byte views. ``arg`` goes to the kernel; ``bufs()`` gives per-image views
     for the reference path."""
 

@@ -25,10 +25,10 @@ import torch.utils.data
 
 # the Dataset ops import lazily; import the ones every pipeline here uses now, so that forked
 # DataLoader workers inherit them instead of importing them again at every epoch
-import tpudata.dataset.batch  # noqa: F401
-import tpudata.dataset.parse  # noqa: F401
-import tpudata.dataset.prefetch  # noqa: F401
-import tpudata.dataset.shuffle  # noqa: F401
+import tpudata.dataset.ops.batch  # noqa: F401
+import tpudata.dataset.ops.parse  # noqa: F401
+import tpudata.dataset.parallel.prefetch  # noqa: F401
+import tpudata.dataset.ops.shuffle  # noqa: F401
 from tpudata import storage
 from tpudata.distribute.batches import SourceBatches
 from tpudata.errors import SplitError

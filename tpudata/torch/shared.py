@@ -34,8 +34,8 @@ import threading
 import numpy as np
 import torch
 
-from tpudata.dataset._shm import full_error
-from tpudata.dataset.columns import BytesColumn
+from tpudata.dataset.parallel.processes.shm import full_error
+from tpudata.dataset.core.columns import BytesColumn
 from tpudata.torch.tensors import ByteStrings, copy_column, to_torch
 
 logger = logging.getLogger(__name__)

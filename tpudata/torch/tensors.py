@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from tpudata.dataset.columns import BytesColumn
+from tpudata.dataset.core.columns import BytesColumn
 
 
 def _uint8(n: int, shared: bool) -> torch.Tensor:

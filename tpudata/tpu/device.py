@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpudata.dataset.nest import flatten, leaf_paths, map_structure, unflatten
+from tpudata.dataset.core.nest import flatten, leaf_paths, map_structure, unflatten
 from tpudata.errors import StaticShapeError, UnsupportedDtypeError
 from tpudata.example.parse import VarLenValues
 

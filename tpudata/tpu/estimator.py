@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from tpudata import storage
-from tpudata.dataset.nest import flatten, unflatten
+from tpudata.dataset.core.nest import flatten, unflatten
 from tpudata.tpu import summaries
 from tpudata.tpu.config import InputPipelineConfig, RunConfig, TPUContext
 from tpudata.tpu.device import Signature

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tpudata.dataset.base import Dataset
-from tpudata.dataset.nest import flatten
+from tpudata.dataset.core.base import Dataset
+from tpudata.dataset.core.nest import flatten
 from tpudata.errors import InputFnError
 from tpudata.example.parse import VarLenValues
 from tpudata.tpu.device import split_batch

@@ -1,0 +1,1 @@
+"""Persistence: Dataset.save's format and writer, cache, and shuffle spill files."""

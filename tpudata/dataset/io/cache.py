@@ -1,0 +1,258 @@
+"""cache: keep the elements of the first complete pass, in memory or in files at a URL.
+
+As in tf.data, a pass that stops early leaves no cache, and later passes (e.g. under
+``.repeat()``) replay the cached elements in the cached order. A file cache streams: elements
+are written in parts of about ``PART_BYTES`` while the first pass runs (memory stays bounded),
+and the pass finalises by writing ``_complete.json`` atomically, which names the parts. Only
+a complete marker makes a cache; an interrupted pass removes the parts it wrote. Parts are
+Python pickles, so only point ``cache(url)`` at storage you trust.
+
+State is element-exact: while filling, the input's position; while replaying, the number of
+cached elements read. A replay checkpoint restored where the cache is missing (an in-memory
+cache in a new process) re-runs the pass that wrote it and skips to the element.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import secrets
+import threading
+
+from tpudata import storage
+from tpudata.dataset.core.base import BlockIterator, Dataset
+from tpudata.dataset.core.block import Block
+from tpudata.dataset.core.iterator import Cursor, IterContext
+
+logger = logging.getLogger(__name__)
+
+_MARKER = "_complete.json"
+PART_BYTES = 8 << 20
+
+
+class CacheDataset(Dataset):
+    def __init__(self, input_ds: Dataset, url: str | None = None):
+        super().__init__()
+        self.input = input_ds
+        self.url = None if not url else str(url).rstrip("/")
+        self._memory: dict | None = None  # {"blocks", "counts", "path"} once complete
+        # the iteration path of a writing pass that a restore cut short: later passes re-run it
+        # (same order as the cache would replay) and may complete the cache themselves
+        self._writer_path: tuple | None = None
+        self._cache_lock = threading.Lock()
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        del state["_cache_lock"]
+        state["_memory"] = None  # an in-memory cache stays in its process
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._cache_lock = threading.Lock()
+
+    def _complete(self) -> dict | None:
+        """``{"counts": [elements per part], "path": ..., "token": ...}`` once complete."""
+        if self._memory is not None:
+            return self._memory
+        if self.url and storage.exists(storage.join(self.url, _MARKER)):
+            return json.loads(storage.read_bytes(storage.join(self.url, _MARKER)))
+        return None
+
+    def _load(self, info: dict, i: int) -> Block:
+        if "blocks" in info:
+            return info["blocks"][i]
+        name = f"part-{info['token']}-{i:05d}.pkl"
+        return pickle.loads(storage.read_bytes(storage.join(self.url, name)))
+
+    def _make_iterator(self, ctx):
+        info = self._complete()
+        if info is not None:
+            return _ReplayIterator(self, info)
+        if self._writer_path is not None:
+            ctx = IterContext(self._writer_path, ctx.in_background, ctx.stop, ctx._on_stop,
+                              ctx.origins)
+        return _CachingIterator(self, ctx)
+
+    def cardinality(self):
+        return self.input.cardinality()
+
+    def _spec(self):
+        from tpudata.dataset.core.spec import _static
+
+        return _static(self.input)
+
+
+class _ReplayIterator(BlockIterator):
+    def __init__(self, ds: CacheDataset, info: dict):
+        self.ds, self.info = ds, info
+        self.counts = [int(c) for c in info["counts"]]
+        self.part, self.offset, self.element = 0, 0, 0
+
+    def next(self):
+        while self.part < len(self.counts):
+            if self.offset >= self.counts[self.part]:
+                self.part, self.offset = self.part + 1, 0
+                continue
+            block = self.ds._load(self.info, self.part)
+            out = block.slice(self.offset, block.n)
+            self.element += out.n
+            self.part, self.offset = self.part + 1, 0
+            return out
+        return None
+
+    def get_state(self):
+        return {"mode": "replay", "element": self.element, "path": self.info.get("path")}
+
+    def set_state(self, state):
+        if state["mode"] == "fill":
+            if list(state["path"]) != list(self.info.get("path") or []):
+                raise ValueError("checkpoint was taken during a pass that did not write this cache")
+            target = int(state["delivered"])
+        else:
+            target = int(state["element"])
+        self.element, self.part, self.offset = target, 0, target
+        while self.part < len(self.counts) and self.offset >= self.counts[self.part]:
+            self.offset -= self.counts[self.part]
+            self.part += 1
+
+
+class _Writer:
+    """Streams compacted blocks into parts (memory or files) and publishes them at the end."""
+
+    def __init__(self, ds: CacheDataset, path: list):
+        self.ds, self.path = ds, path
+        self.token = secrets.token_hex(6)
+        self.pending: list = []
+        self.pending_bytes = 0
+        self.counts: list[int] = []
+        self.blocks: list = []  # in-memory cache
+        self.written: list[str] = []
+
+    def add(self, block: Block) -> None:
+        block = block.compact()
+        if self.ds.url is None:
+            self.blocks.append(block)
+            self.counts.append(block.n)
+            return
+        self.pending.append(block)
+        self.pending_bytes += block.nbytes
+        if self.pending_bytes >= PART_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self.pending:
+            return
+        block = Block.concat(self.pending)
+        self.pending, self.pending_bytes = [], 0
+        if not self.written:
+            storage.makedirs(self.ds.url)
+        name = storage.join(self.ds.url, f"part-{self.token}-{len(self.counts):05d}.pkl")
+        with storage.open_atomic(name) as f:
+            f.write(pickle.dumps(block, protocol=pickle.HIGHEST_PROTOCOL))
+        self.written.append(name)
+        self.counts.append(block.n)
+
+    def publish(self) -> None:
+        ds = self.ds
+        with ds._cache_lock:
+            if ds._complete() is not None:  # another pass finished first
+                self.abandon()
+                return
+            if ds.url is None:
+                ds._memory = {"blocks": self.blocks, "counts": self.counts, "path": self.path}
+                return
+            self._flush()
+            storage.makedirs(ds.url)
+            info = {"counts": self.counts, "path": self.path, "token": self.token}
+            with storage.open_atomic(storage.join(ds.url, _MARKER)) as f:
+                f.write(json.dumps(info).encode())
+            logger.info("cached %d elements in %d parts at %s", sum(self.counts),
+                        len(self.counts), ds.url)
+
+    def abandon(self) -> None:
+        """An incomplete pass: remove what it wrote, so no partial cache is left behind."""
+        self.pending, self.blocks = [], []
+        for name in self.written:
+            try:
+                storage.remove(name)
+            except Exception as exc:  # best effort: without the marker the parts are unused
+                logger.warning("could not remove the partial cache file %s: %s", name, exc)
+        self.written = []
+
+
+class _CachingIterator(BlockIterator):
+    def __init__(self, ds: CacheDataset, ctx: IterContext):
+        self.ds, self.ctx = ds, ctx
+        self.path = list(ctx.path)
+        self.input_it = ds.input._make_iterator(ctx)
+        self.writer: _Writer | None = _Writer(ds, self.path)
+        self.delivered = 0
+        self.replay_path: list | None = None  # re-running the pass that wrote a lost cache
+
+    def next(self):
+        self.input_it.want = self.want  # pass the consumer's demand on
+        block = self.input_it.next()
+        if block is None:
+            if self.writer is not None:
+                self.writer.publish()
+                self.writer = None
+            return None
+        self.delivered += block.n
+        if self.writer is not None:
+            self.writer.add(block)
+        return block
+
+    def get_state(self):
+        if self.replay_path is not None:
+            return {"mode": "replay", "element": self.delivered, "path": self.replay_path}
+        return {"mode": "fill", "input": self.input_it.get_state(), "delivered": self.delivered,
+                "path": self.path}
+
+    def set_state(self, state):
+        if self.writer is not None:  # the part before the checkpoint is missing: no cache
+            self.writer.abandon()
+            self.writer = None
+        if self.ds._writer_path is None:
+            self.ds._writer_path = tuple(state["path"] or self.path)
+        if state["mode"] == "replay":
+            # the cache is not here (in-memory, new process): re-run the pass that wrote it
+            self.input_it.close()
+            path = tuple(state["path"] or self.path)
+            self.input_it = self.ds.input._make_iterator(
+                IterContext(path, self.ctx.in_background, self.ctx.stop, self.ctx._on_stop,
+                            self.ctx.origins))
+            cursor = Cursor(self.input_it)
+            cursor.set_state({"before": self.input_it.get_state(), "pos": int(state["element"])})
+            self.input_it = _CursorAsIterator(cursor)
+            self.delivered = int(state["element"])
+            self.replay_path = list(path)
+            return
+        self.input_it.set_state(state["input"])
+        self.delivered = int(state["delivered"])
+
+    def close(self):
+        if self.writer is not None:
+            self.writer.abandon()
+            self.writer = None
+        self.input_it.close()
+
+
+class _CursorAsIterator(BlockIterator):
+    """A positioned Cursor seen as a BlockIterator (for a re-run replay)."""
+
+    def __init__(self, cursor: Cursor):
+        self.cursor = cursor
+
+    def next(self):
+        return self.cursor.next_block()
+
+    def get_state(self):
+        return self.cursor.get_state()
+
+    def set_state(self, state):
+        self.cursor.set_state(state)
+
+    def close(self):
+        self.cursor.it.close()

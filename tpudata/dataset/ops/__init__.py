@@ -1,0 +1,1 @@
+"""Transformations, one file per op (take, map, shuffle, interleave, batch, ...)."""

@@ -1,0 +1,131 @@
+"""Parallel element executors: run a function over elements, a bounded number at a time.
+
+An executor has the shape of :class:`tpudata.dataset.parallel.processes.pool.ProcessMapper` (processes, for
+Python that holds the GIL) and :class:`ThreadMapper` (threads, for work that releases it)::
+
+    mapper = Executor(fn, num_workers, max_in_flight=..., deterministic=...)
+    for position, result in mapper.imap(elements):  # pulls ``elements`` lazily
+        ...
+    mapper.close()
+
+``imap`` yields ``(position of the input element, fn(element))``, in input order when
+``deterministic`` else in completion order, with at most ``max_in_flight`` elements pulled but
+not yet yielded; an error raised by ``fn`` is re-raised in the consumer with its traceback.
+``map`` uses a ThreadMapper (and, with ``use_processes=True``, ProcessMapper through
+:mod:`tpudata.dataset.parallel.processes.map`); the map iterator keeps the input state of every in-flight
+element, so its checkpoints are element-exact with either executor.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures as cf
+import itertools
+import logging
+import os
+import threading
+from typing import Any, Callable, Iterable, Iterator
+
+from tpudata.dataset.core.iterator import POLL_SECONDS, Cancelled
+
+logger = logging.getLogger(__name__)
+
+AUTOTUNE = -1
+_pool_ids = itertools.count()
+
+
+def resolve_parallelism(n: int | None) -> int:
+    """``num_parallel_calls`` as a worker count: None/0 -> 0 (in the caller), AUTOTUNE -> cores."""
+    if n is None:
+        return 0
+    n = int(n)
+    if n == AUTOTUNE:
+        return os.cpu_count() or 2
+    if n < 0:
+        raise ValueError(f"num_parallel_calls must be >= 1, None or AUTOTUNE (-1), not {n}")
+    return n
+
+
+class ThreadMapper:
+    """Runs ``fn`` over elements on ``num_workers`` threads (named ``tpudata-map-...``).
+
+    ``stop`` (an Event) ends a blocked ``imap`` with :class:`Cancelled`; ``close()`` returns at
+    once: a thread still inside ``fn`` finishes that call and exits (no thread is left behind
+    once the calls return).
+    """
+
+    def __init__(self, fn: Callable, num_workers: int, *, max_in_flight: int | None = None,
+                 deterministic: bool = True, stop: threading.Event | None = None):
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, not {num_workers}")
+        self.fn = fn
+        self.num_workers = int(num_workers)
+        self.max_in_flight = max(1, int(max_in_flight or num_workers))
+        self.deterministic = bool(deterministic)
+        self.stop = stop if stop is not None else threading.Event()
+        self._closed = threading.Event()
+        self._pool = cf.ThreadPoolExecutor(
+            self.num_workers, thread_name_prefix=f"tpudata-map-{next(_pool_ids)}")
+        self._pending: set = set()
+
+    def _stopped(self) -> bool:
+        return self.stop.is_set() or self._closed.is_set()
+
+    def imap(self, elements: Iterable) -> Iterator[tuple[int, Any]]:
+        source = iter(elements)
+        queue: collections.deque = collections.deque()  # (position, future), input order
+        position = 0
+        exhausted = False
+        while True:
+            while not exhausted and len(queue) < self.max_in_flight:
+                try:
+                    element = next(source)
+                except StopIteration:
+                    exhausted = True
+                    break
+                if self._stopped():
+                    raise Cancelled("the executor was closed")
+                fut = self._pool.submit(self.fn, element)
+                queue.append((position, fut))
+                position += 1
+            if not queue:
+                return
+            if self.deterministic:
+                pos, fut = queue[0]
+                self._wait([fut])
+                queue.popleft()
+            else:
+                done = self._wait([f for _, f in queue])
+                k = next(i for i, (_, f) in enumerate(queue) if f in done)
+                pos, fut = queue[k]
+                del queue[k]
+            yield pos, fut.result()  # re-raises fn's error with the worker's traceback
+
+    def _wait(self, futures: list) -> set:
+        while True:
+            if self._stopped():
+                raise Cancelled("the executor was closed")
+            done, _ = cf.wait(futures, timeout=POLL_SECONDS, return_when=cf.FIRST_COMPLETED)
+            if done:
+                return done
+
+    def close(self) -> None:
+        """Prompt and idempotent: queued calls are cancelled, running ones finish on their own."""
+        if not self._closed.is_set():
+            self._closed.set()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> "ThreadMapper":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
+
+
+__all__ = ["AUTOTUNE", "ThreadMapper", "resolve_parallelism"]
