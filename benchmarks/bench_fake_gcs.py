@@ -10,19 +10,22 @@ GIL), on a free loopback port. Measured through ``gcsfs.core.GCSFileSystem``:
 - download: one stream read in 8 MiB blocks (``cache_type="none"``: one range GET per block);
 - parallel ranges: ``cat_ranges`` with 8 ranges of 8 MiB at a time, over the whole object.
 
-Best of ``--repeat`` runs, in MB/s (10**6 bytes), then fake_gcs / peer ratios. The peer is
+Best of ``--repeat`` runs, in MB/s (10**6 bytes), then fake_gcs / peer ratios, and fake_gcs's
+round trips (``GET /_stats``: requests by kind, connections opened). The peer is
 gcp-storage-emulator (``pip install -e '.[bench]'``); it is skipped when not installed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BLOCK = 8 << 20
@@ -128,10 +131,14 @@ def main() -> int:
     if "peer" not in kinds and not args.no_peer:
         print("gcp-storage-emulator is not installed (pip install -e '.[bench]'): no peer numbers")
     results = {}
+    trips = None
     for kind in kinds:
         proc, url = start(kind)
         try:
             results[kind] = measure(url, data, args.repeat)
+            if kind == "fake_gcs":
+                with urllib.request.urlopen(url + "/_stats", timeout=30) as resp:
+                    trips = json.load(resp)
         finally:
             proc.terminate()
             proc.wait(timeout=10)
@@ -148,6 +155,13 @@ def main() -> int:
         if "peer" in kinds:
             row += f"  {results['fake_gcs'][metric] / results['peer'][metric]:>9.1f}x"
         print(row)
+    if trips is not None:
+        kinds_seen = ", ".join(f"{k} {n}" for k, n in trips["requests"]["by_kind"].items() if n)
+        conns = trips["connections"]
+        print(
+            f"fake_gcs round trips: {trips['requests']['total']} requests ({kinds_seen}), "
+            f"{conns['opened']} connections opened, peak {trips['in_flight']['peak']} in flight"
+        )
     return 0
 
 

@@ -31,6 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--error-rate", type=float, default=0.0, help="fraction answered 503/429")
     g.add_argument("--cut-rate", type=float, default=0.0, help="fraction of bodies cut half-way")
     g.add_argument("--seed", type=int, default=None, help="seed for the fault sequence")
+    g.add_argument("--bandwidth-jitter", type=float, default=0.0, metavar="J",
+                   help="per-request rate = bandwidth x U(1-J, 1+J), seeded (0 <= J < 1)")
+    g.add_argument("--max-in-flight", type=int, default=None, metavar="N",
+                   help="requests served at once; more wait in a queue (default: no limit)")
     p.add_argument("--log-level", default="INFO", help="DEBUG logs one line per request")
     return p
 
@@ -45,7 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         knobs = Knobs(
-            args.latency_ms, args.jitter_ms, args.bandwidth_mbps, args.error_rate, args.cut_rate, args.seed
+            args.latency_ms,
+            args.jitter_ms,
+            args.bandwidth_mbps,
+            args.error_rate,
+            args.cut_rate,
+            args.seed,
+            args.bandwidth_jitter,
+            args.max_in_flight,
         )
         server = FakeGCSServer(
             args.host, args.port, args.data_dir, knobs=knobs, max_object_size=args.max_object_size

@@ -28,6 +28,8 @@ class Limits:
     max_batch_bytes: int = 32 << 20
     max_upload_sessions: int = 10_000
     body_timeout_s: float = 60.0  # a body idle this long, or slower than 1 KiB/s past it, is dropped
+    max_retry_tests: int = retry_test.MAX_TESTS
+    max_retry_test_bytes: int = retry_test.MAX_BYTES  # all Retry Tests' instructions together
 
     def __post_init__(self) -> None:
         names = (
@@ -36,6 +38,8 @@ class Limits:
             "max_batch_bytes",
             "max_upload_sessions",
             "body_timeout_s",
+            "max_retry_tests",
+            "max_retry_test_bytes",
         )
         for name in names:
             if getattr(self, name) <= 0:
@@ -263,7 +267,9 @@ class App:
         self.limits = limits or Limits()
         self.project_number = project_number
         self.sessions = uploads.Sessions(self.limits.max_upload_sessions)
-        self.retry_tests = retry_test.RetryTests()
+        self.retry_tests = retry_test.RetryTests(
+            self.limits.max_retry_tests, self.limits.max_retry_test_bytes
+        )
         self.project = access.ProjectState()
         self.stopping = threading.Event()  # set when the server stops: wakes injected stalls
 

@@ -10,16 +10,19 @@ import logging
 import re
 import socket
 import struct
+import threading
 import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
 
+from fake_gcs import liveness
 from fake_gcs.app import api_method
 from fake_gcs.errors import GCSError
 from fake_gcs.knobs import Throttle
-from fake_gcs.request import Headers, Media, Request, Response, error_response
+from fake_gcs.request import Headers, Media, Request, Response, error_response, json_response
 from fake_gcs.retry_test import Fault, fault_for
+from fake_gcs.stats import classify
 
 logger = logging.getLogger(__name__)
 _HOST_RE = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
@@ -44,8 +47,10 @@ class Handler(BaseHTTPRequestHandler):
         except OSError:
             pass
         self.server.track(self.connection, True)
+        threading.current_thread().name = f"{self.server.thread_prefix}{self.client_address[1]}"
+        self.conn_stats = self.server.stats.connection_opened()
         mbps = self.server.faults.knobs.bandwidth_mbps
-        self.throttle = Throttle(mbps) if mbps else None
+        self.throttle = Throttle(mbps, sleep=self._pause) if mbps else None
 
     def finish(self) -> None:
         try:
@@ -54,6 +59,16 @@ class Handler(BaseHTTPRequestHandler):
             pass
         finally:
             self.server.track(self.connection, False)
+            self.server.stats.connection_closed(self.conn_stats)
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep ``seconds`` unless the client goes away (then :class:`~fake_gcs.liveness.ClientGone`)."""
+        what = f"{self.command} {self.path[:200]}"
+        try:
+            liveness.pause(self.connection, seconds, self.server.stopping, what)
+        except liveness.ClientGone:
+            self.client_left = True
+            raise
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - base class signature
         logger.debug("%s - %s", self.client_address[0], format % args)
@@ -93,33 +108,90 @@ class Handler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         t0 = time.perf_counter()
-        faults = self.server.faults
         target = self.path
         if "://" in target.split("?", 1)[0]:  # absolute-form request target
             parts = urlsplit(target)
             target = parts.path + ("?" + parts.query if parts.query else "")
         path, _, query = target.partition("?")
+        if path == "/_stats" or path.startswith("/_stats/"):
+            self._stats_endpoint(path, query)
+            return
+        faults = self.server.faults
+        stats = self.server.stats
         req = None
-        fault = None
-        resp: Response
+        resp = None
+        admitted = gone = False
+        sent = -1
+        self.client_left = False
         self.connection.settimeout(self.server.app.limits.body_timeout_s)
         try:
-            req = Request(
-                self.command,
-                path,
-                query,
-                Headers(self.headers.items()),
-                self.rfile,
-                self._base_url(),
-                self.throttle,
-            )
-            req.slow_after = self.server.app.limits.body_timeout_s
+            try:
+                req = Request(
+                    self.command,
+                    path,
+                    query,
+                    Headers(self.headers.items()),
+                    self.rfile,
+                    self._base_url(),
+                    self.throttle,
+                )
+            finally:
+                api = api_method(self.command, path)
+                ranged = "Range" in self.headers
+                stats.request_started(self.conn_stats, self.command, classify(path, api, req), api, ranged)
+                if req is not None:
+                    req.api_method = api
+            if faults.slots is not None and not faults.slots.acquire(blocking=False):
+                stats.queue(1)
+                try:
+                    what = f"{self.command} {path[:200]}"
+                    liveness.acquire(faults.slots, self.connection, self.server.stopping, what)
+                finally:
+                    stats.queue(-1)
+            admitted = True
+            stats.admitted()
+            if self.throttle is not None:
+                self.throttle.begin(faults.rate_factor())
+            resp, sent = self._serve(req, faults)
+        except GCSError as err:  # the request line or headers were bad: answer at once
+            resp = error_response(err)
+            self.close_connection = True
+            try:
+                sent = self._answer(resp, 0.0, None)
+            except OSError:
+                pass
+        except OSError as exc:
+            gone = isinstance(exc, liveness.ClientGone)
+            logger.debug("connection lost on %s %s: %s", self.command, path[:200], exc)
+            self.close_connection = True
+        finally:
+            if admitted and faults.slots is not None:
+                faults.slots.release()
+            stats.request_done(admitted, sent, gone)
+            if resp is not None:
+                resp.close()
+            if not self.close_connection:
+                self.connection.settimeout(self.timeout)  # back to the keep-alive idle timeout
+        logger.debug(
+            "%s %s -> %s (%d bytes, %.1f ms)",
+            self.command,
+            self.path[:200],
+            resp.status if resp is not None else "-",
+            sent,
+            (time.perf_counter() - t0) * 1e3,
+        )
+
+    def _serve(self, req: Request, faults) -> tuple[Response | None, int]:
+        """Apply the knobs and faults to ``req``, answer it; (response, body bytes sent)."""
+        req.slow_after = self.server.app.limits.body_timeout_s
+        fault = None
+        try:
             delay = faults.first_byte_delay()
             status = faults.error_status()
             if status is not None:
                 resp = error_response(GCSError(status, "Injected fault: please retry."))
             elif self._maybe_cut_upload(req):
-                return
+                return None, -1
             else:
                 fault = self._fault(req)
                 if fault is not None and fault.kind == "status":
@@ -129,35 +201,64 @@ class Handler(BaseHTTPRequestHandler):
                 elif fault is not None and fault.kind == "reset":
                     fault.consume()
                     self._reset_connection()
-                    logger.debug("injected reset of %s %s", self.command, path[:200])
-                    return
+                    logger.debug("injected reset of %s %s", self.command, req.path[:200])
+                    return None, -1
                 else:
                     req.fault = fault
+                    req.pause = self._pause
                     resp = self.server.app.handle(req)
+                    if self.client_left:  # an upload stall noticed its client leave
+                        resp.close()
+                        raise liveness.ClientGone(f"the client of {self.command} {req.path[:200]} left")
         except GCSError as err:
             delay, resp = 0.0, error_response(err)
-        try:
-            if req is None or req.bad_length or not req.drain():
-                self.close_connection = True
-            if delay:
-                time.sleep(delay)
-            sent = self._send(resp, self.command == "HEAD", fault)
-        except OSError as exc:
-            logger.debug("connection lost while answering %s %s: %s", self.command, path[:200], exc)
+        if req.bad_length or not req.drain():
             self.close_connection = True
-            sent = -1
-        finally:
+        try:
+            return resp, self._answer(resp, delay, fault, req._got)
+        except BaseException:
             resp.close()
-            if not self.close_connection:
-                self.connection.settimeout(self.timeout)  # back to the keep-alive idle timeout
-        logger.debug(
-            "%s %s -> %d (%d bytes, %.1f ms)",
-            self.command,
-            self.path[:200],
-            resp.status,
-            sent,
-            (time.perf_counter() - t0) * 1e3,
-        )
+            raise
+
+    def _answer(self, resp: Response, delay: float, fault: Fault | None, received: int = 0) -> int:
+        """Wait out the first-byte latency, then send ``resp``; body bytes sent."""
+        if delay:
+            self._pause(delay)
+            if self.throttle is not None:
+                self.throttle.restart()  # the latency sleep earns no bandwidth credit
+        self.server.stats.answering(resp.status, received)
+        return self._send(resp, self.command == "HEAD", fault)
+
+    def _stats_endpoint(self, path: str, query: str) -> None:
+        """``GET /_stats``; ``POST /_stats/reset`` or ``DELETE /_stats`` zero the counters."""
+        stats = self.server.stats
+        action = path[len("/_stats") :].strip("/")
+        req = None
+        try:
+            req = Request(self.command, path, query, Headers(self.headers.items()), self.rfile)
+            if req.bad_length or not req.drain(1 << 20):
+                self.close_connection = True
+            if action == "" and self.command in ("GET", "HEAD"):
+                resp = json_response(stats.snapshot())
+            elif (action, self.command) in (("", "DELETE"), ("reset", "POST")):
+                stats.reset()
+                resp = json_response(stats.snapshot())
+            elif action in ("", "reset"):
+                raise GCSError(
+                    405,
+                    f"Method {self.command} is not allowed for {path}: "
+                    "use GET /_stats, POST /_stats/reset or DELETE /_stats.",
+                )
+            else:
+                raise GCSError(404, f"Not Found: {path[:200]} (use GET /_stats or POST /_stats/reset)")
+        except GCSError as err:
+            resp = error_response(err)
+            if req is None:  # the body was not read: the connection cannot be reused
+                self.close_connection = True
+        try:
+            self._send(resp, self.command == "HEAD")
+        except OSError:
+            self.close_connection = True
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
 
@@ -170,7 +271,8 @@ class Handler(BaseHTTPRequestHandler):
             or "x-retry-test-id" in req.params
         ):
             return None
-        req.api_method = api_method(req.method, req.path)
+        if req.api_method is None:
+            req.api_method = api_method(req.method, req.path)
         fault = fault_for(self.server.app, req, req.api_method)
         if fault is not None:
             fault.method = req.api_method
@@ -281,7 +383,7 @@ class Handler(BaseHTTPRequestHandler):
             write(0, ins.after)
             fault.consume()
             logger.debug("injected stall of %.1f s after %d bytes", ins.stall_s, ins.after)
-            self.server.stopping.wait(ins.stall_s)
+            self._pause(ins.stall_s)
             write(ins.after, length)
             return length
         fault.consume()  # corrupt

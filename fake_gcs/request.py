@@ -91,6 +91,7 @@ class Request:
     _t0: float | None = None
     _got = 0
     fault = None  # a fake_gcs.retry_test.Fault the upload code applies to the bytes it receives
+    pause: Callable[[float], None] | None = None  # the handler's client-aware sleep (stalls)
     api_method: str | None = None
 
     def param_values(self, key: str) -> list[str]:

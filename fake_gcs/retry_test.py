@@ -36,6 +36,10 @@ logger = logging.getLogger(__name__)
 
 MAX_TESTS = 10_000
 MAX_INSTRUCTIONS = 1_000
+MAX_BYTES = 32 << 20  # the memory budget of all Retry Tests together (see instructions_cost)
+TEST_OVERHEAD = 1024  # bytes one test holds beyond its instructions (id, dicts, view)
+METHOD_OVERHEAD = 640  # ...per method (its queue)
+INSTRUCTION_OVERHEAD = 128  # ...per instruction beyond its text (measured: ~100 with tracemalloc)
 HEADER_BROKEN_STREAM_AFTER = 1 << 20  # testbench's header form breaks after 1 MiB
 RETRY_BROKEN_STREAM_AFTER = 4  # ...and its Retry Test form after a few bytes (4)
 LEGACY_STALL_S = 10.0
@@ -174,12 +178,34 @@ class Fault:
             logger.info("fault injected: %s", self.instruction.text)
 
 
-class RetryTests:
-    """The Retry Test resources of one server (thread-safe)."""
+def instructions_cost(instructions: dict) -> int:
+    """Bytes a Retry Test is charged against the budget: its instructions' text plus overheads.
 
-    def __init__(self) -> None:
+    ``instructions`` maps method names to lists of instruction texts (or parsed Instructions).
+    """
+    cost = TEST_OVERHEAD
+    for method, items in instructions.items():
+        cost += METHOD_OVERHEAD + len(method)
+        for item in items:
+            text = item.text if isinstance(item, Instruction) else item
+            cost += INSTRUCTION_OVERHEAD + (len(text) if isinstance(text, str) else 0)
+    return cost
+
+
+class RetryTests:
+    """The Retry Test resources of one server (thread-safe), bounded in number and in bytes.
+
+    Each test is charged :func:`instructions_cost` bytes until it is deleted; a test that would
+    take the total past ``max_bytes`` is refused (413 when it alone is too big, else 429), before
+    its instructions are parsed.
+    """
+
+    def __init__(self, max_tests: int = MAX_TESTS, max_bytes: int = MAX_BYTES) -> None:
         self._lock = threading.Lock()
         self._tests: dict[str, dict] = {}
+        self.max_tests = max_tests
+        self.max_bytes = max_bytes
+        self.bytes = 0  # charged by the tests held now
 
     @staticmethod
     def _view(test: dict) -> dict:
@@ -202,20 +228,47 @@ class RetryTests:
             raise bad_request(f"The requested transport <{str(transport)[:50]}> is not supported.")
         if transport.upper() == "GRPC":
             raise GCSError(501, "fake_gcs has no gRPC transport: create Retry Tests for HTTP.")
-        parsed: dict[str, collections.deque] = {}
         for method, items in instructions.items():
             _validate_method(method)
             if not isinstance(items, list) or len(items) > MAX_INSTRUCTIONS:
                 raise bad_request(
                     f"Instructions for <{method}> must be a list of at most {MAX_INSTRUCTIONS}."
                 )
-            parsed[method] = collections.deque(parse_instruction(i) for i in items)
-        test = {"id": uuid.uuid4().hex, "instructions": parsed, "completed": False, "transport": "HTTP"}
+        cost = instructions_cost(instructions)
+        if cost > self.max_bytes:
+            raise GCSError(
+                413,
+                f"POST /retry_test: this Retry Test needs {cost} bytes, more than the {self.max_bytes} "
+                "all Retry Tests may hold: split it into smaller tests.",
+            )
         with self._lock:
-            if len(self._tests) >= MAX_TESTS:
-                raise GCSError(429, f"Too many Retry Tests (at most {MAX_TESTS}): delete finished ones.")
+            self._check_room(cost)  # refuse before parsing anything
+        parsed = {
+            method: collections.deque(parse_instruction(i) for i in items)
+            for method, items in instructions.items()
+        }
+        test = {"id": uuid.uuid4().hex, "instructions": parsed, "completed": False, "transport": "HTTP"}
+        test["cost"] = cost
+        with self._lock:
+            self._check_room(cost)
             self._tests[test["id"]] = test
+            self.bytes += cost
             return self._view(test)
+
+    def _check_room(self, cost: int) -> None:
+        """429 unless one more test of ``cost`` bytes fits (call with the lock held)."""
+        if len(self._tests) >= self.max_tests:
+            raise GCSError(
+                429,
+                f"POST /retry_test: too many Retry Tests (at most {self.max_tests}): "
+                "delete finished ones (DELETE /retry_test/{id}).",
+            )
+        if self.bytes + cost > self.max_bytes:
+            raise GCSError(
+                429,
+                f"POST /retry_test: Retry Tests hold {self.bytes} of their {self.max_bytes}-byte budget "
+                f"and this one needs {cost}: delete finished ones (DELETE /retry_test/{{id}}).",
+            )
 
     def _test(self, test_id: str) -> dict:
         test = self._tests.get(test_id)
@@ -229,8 +282,9 @@ class RetryTests:
 
     def delete(self, test_id: str) -> None:
         with self._lock:
-            self._test(test_id)
+            test = self._test(test_id)
             del self._tests[test_id]
+            self.bytes -= test["cost"]
 
     def list(self) -> list[dict]:
         with self._lock:
@@ -311,6 +365,7 @@ def list_tests(app: App, req: Request) -> dict:
 
 
 __all__ = [
+    "MAX_BYTES",
     "Fault",
     "Instruction",
     "RetryTests",
@@ -318,4 +373,5 @@ __all__ = [
     "parse_header",
     "parse_instruction",
     "supported_methods",
+    "instructions_cost",
 ]

@@ -12,6 +12,7 @@ from fake_gcs.app import App, Limits
 from fake_gcs.blobs import DiskBackend, MemoryBackend
 from fake_gcs.handler import Handler
 from fake_gcs.knobs import Faults, Knobs
+from fake_gcs.stats import Stats
 from fake_gcs.store import Store
 
 logger = logging.getLogger(__name__)
@@ -26,10 +27,16 @@ class _HTTPServer(ThreadingHTTPServer):
     def __init__(self, address, app: App, faults: Faults) -> None:
         self.app = app
         self.faults = faults
+        self.stats = Stats()
         self._connections: set[socket.socket] = set()
         self._conn_lock = threading.Lock()
         self.stopping = app.stopping  # wakes injected stalls when the server stops
         super().__init__(address, Handler)
+
+    @property
+    def thread_prefix(self) -> str:
+        """Connection threads are named ``fake_gcs:PORT conn:CLIENT_PORT``."""
+        return f"fake_gcs:{self.server_address[1]} conn:"
 
     @property
     def host_port(self) -> str:
@@ -70,7 +77,8 @@ class FakeGCSServer:
 
     ``data_dir`` keeps objects on disk (they survive a restart); without it everything lives in
     memory. The realism knobs (see :class:`~fake_gcs.knobs.Knobs`) can be given one by one or
-    as ``knobs=``, and changed while running through :attr:`knobs`.
+    as ``knobs=``, and changed while running through :attr:`knobs`. :meth:`stats` counts
+    requests by kind, connections and requests in flight (as ``GET /_stats`` does).
     """
 
     def __init__(
@@ -85,12 +93,23 @@ class FakeGCSServer:
         error_rate: float = 0.0,
         cut_rate: float = 0.0,
         seed: int | None = None,
+        bandwidth_jitter: float = 0.0,
+        max_in_flight: int | None = None,
         knobs: Knobs | None = None,
         limits: Limits | None = None,
         max_object_size: int | None = None,
     ) -> None:
         if knobs is None:
-            knobs = Knobs(latency_ms, jitter_ms, bandwidth_mbps, error_rate, cut_rate, seed)
+            knobs = Knobs(
+                latency_ms,
+                jitter_ms,
+                bandwidth_mbps,
+                error_rate,
+                cut_rate,
+                seed,
+                bandwidth_jitter,
+                max_in_flight,
+            )
         if limits is None:
             limits = Limits() if max_object_size is None else Limits(max_object_size=max_object_size)
         backend = DiskBackend(os.fspath(data_dir)) if data_dir is not None else MemoryBackend()
@@ -111,6 +130,19 @@ class FakeGCSServer:
         """Swap the realism knobs (applies to requests and connections from now on)."""
         self.faults = Faults(knobs)
         self._httpd.faults = self.faults
+
+    def stats(self) -> dict:
+        """Request, connection and in-flight counters: the JSON of ``GET /_stats``."""
+        return self._httpd.stats.snapshot()
+
+    def connection_threads(self) -> int:
+        """How many threads serve this server's connections now (one per open connection)."""
+        prefix = self._httpd.thread_prefix
+        return sum(1 for t in threading.enumerate() if t.name.startswith(prefix))
+
+    def reset_stats(self) -> None:
+        """Zero the counters (as ``POST /_stats/reset`` does)."""
+        self._httpd.stats.reset()
 
     @property
     def port(self) -> int:

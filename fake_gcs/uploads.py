@@ -123,7 +123,7 @@ def _single_shot_fault(app: App, req: Request, size: int, writer) -> None:
         return
     fault.consume()
     if fault.kind == "stall":
-        app.stopping.wait(fault.instruction.stall_s)
+        (req.pause or app.stopping.wait)(fault.instruction.stall_s)
         return
     writer.abort()
     raise GCSError(fault.instruction.status, "Fault injected during a single-shot upload")
@@ -333,7 +333,7 @@ def _receive(app: App, req: Request, session: Session, first: int, size: int | N
     if fault.kind == "stall":
         if before <= after < session.received:
             fault.consume()
-            app.stopping.wait(fault.instruction.stall_s)
+            (req.pause or app.stopping.wait)(fault.instruction.stall_s)
         return
     if session.received >= after:
         fault.consume()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -111,3 +112,28 @@ def test_cli_creates_buckets_at_start(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "fake_gcs", "--port", "0", "--bucket", "Bad_Name!"],
                          capture_output=True, text=True, env=env, timeout=30)
     assert bad.returncode == 2 and "--bucket" in bad.stderr and "Bad_Name!" in bad.stderr
+
+
+def test_cli_concurrency_and_jitter_knobs_and_stats():
+    proc, url = _start("--max-in-flight", "1", "--bandwidth-mbps", "100", "--bandwidth-jitter", "0.5",
+                       "--seed", "1")
+    try:
+        raw = Raw(url)
+        for _ in range(3):
+            assert raw("GET", "/storage/v1/b")[0] == 200
+        status, _, body = raw("GET", "/_stats")
+        stats = json.loads(body)
+        assert status == 200 and stats["requests"]["by_kind"]["list"] == 3
+        assert stats["in_flight"]["peak"] == 1 and stats["connections"]["requests_per_connection"] == {"3": 1}
+        raw.close()
+    finally:
+        _stop(proc)
+    env = dict(os.environ, PYTHONPATH=REPO)
+    bad_flags = (
+        (["--bandwidth-jitter", "1"], "bandwidth_jitter"),
+        (["--max-in-flight", "0"], "max_in_flight"),
+    )
+    for flags, word in bad_flags:
+        bad = subprocess.run([sys.executable, "-m", "fake_gcs", "--port", "0", *flags],
+                             capture_output=True, text=True, env=env, timeout=30)
+        assert bad.returncode == 2 and word in bad.stderr, bad.stderr
