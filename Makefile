@@ -3,17 +3,37 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-test
+DSTAMP := $(VENV)/.installed-demo
+JSTAMP := $(VENV)/.installed-demo-jax
 FSTAMP := $(VENV)/.installed-frameworks
+# what a (re)install depends on: the packaging and the C accelerator
+SOURCES := pyproject.toml setup.py tpudata/_native.c tpudata/_native_example.c tpudata/image/_imgkernel.c
+# quiet installs: setuptools' note on every editable install ("Editable installation. Please be
+# careful with folders ...") is information, not a problem; other warnings still show. The demo's
+# installs (-qq) show errors only.
+PIP := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install -q
 
-.PHONY: test test-frameworks demo install bench clean
+.PHONY: test test-frameworks demo demo-jax install bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(PIP) -q --upgrade pip
 
-# (Re)install whenever the packaging or the C accelerator changes.
-$(STAMP): pyproject.toml setup.py tpudata/_native.c tpudata/_native_example.c tpudata/image/_imgkernel.c | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[test]'
+# (Re)install whenever the packaging or the C accelerator changes. Each target has its own
+# stamp, and either works after the other in the same venv: `make test` installs the [test]
+# extra (pytest, JAX, dask, tensorboard, ...); `make demo` only the [demo] extra (Pillow and
+# tensorboardX: about 200 MB with the base dependencies), and `make demo-jax` adds JAX (CPU,
+# about 500 MB more).
+$(STAMP): $(SOURCES) | $(BIN)/python
+	$(PIP) -e '.[test]'
+	@touch $@
+
+$(DSTAMP): $(SOURCES) | $(BIN)/python
+	$(PIP) -q -e '.[demo]'
+	@touch $@
+
+$(JSTAMP): $(SOURCES) | $(BIN)/python
+	$(PIP) -q -e '.[demo,jax]'
 	@touch $@
 
 install: $(STAMP)
@@ -24,15 +44,20 @@ test: $(STAMP)
 # The torch / JAX / grain bridges' tests: installs torch (~5 GB with its CUDA libraries, ~3 min
 # fresh), torchdata, jax (CPU) and grain into the same venv. `make test` skips these tests
 # when the frameworks are absent.
-$(FSTAMP): pyproject.toml setup.py tpudata/_native.c tpudata/_native_example.c | $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[test,test-frameworks]'
+$(FSTAMP): $(SOURCES) | $(STAMP)
+	$(PIP) -e '.[test,test-frameworks]'
 	@touch $@
 
 test-frameworks: $(FSTAMP)
 	$(BIN)/python -m pytest -q tests/torch tests/jax tests/source tpudata/torch tpudata/jax
 
-demo: $(STAMP)
+# The demo trains on 8 JAX CPU devices (measured device time) when the venv has JAX (after
+# `make demo-jax` or `make test`), else on the numpy backend (simulated device time per step).
+demo: $(DSTAMP)
 	$(BIN)/python tools/demo.py
+
+demo-jax: $(JSTAMP)
+	$(BIN)/python tools/demo.py --backend jax
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_read.py

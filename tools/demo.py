@@ -83,7 +83,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=120)
     ap.add_argument("--step-ms", type=float, default=25.0,
                     help="simulated device time per step (a real model's step on the accelerator)")
-    ap.add_argument("--workdir", default=None, help="keep the generated images here")
+    ap.add_argument("--workdir", default=None, help="generate the images here and keep them "
+                    "(default: a temporary directory, removed at the end)")
     ap.add_argument("--backend", choices=["auto", "jax", "numpy"], default="auto",
                     help="TPUEstimator backend (auto: jax when installed)")
     args = ap.parse_args(argv)
@@ -116,7 +117,8 @@ def main(argv=None) -> int:
         raw = os.path.join(workdir, "raw")
         make_tree(raw, args.per_class, args.validation)
         n_train = args.per_class * len(SYNSETS)
-        print(f"[2/5] generated {n_train} training + {args.validation} validation JPEGs in {raw}")
+        kept = "" if args.workdir else " (removed at the end; --workdir DIR keeps them)"
+        print(f"[2/5] generated {n_train} training + {args.validation} validation JPEGs in {raw}{kept}")
 
         print("[3/5] tools/imagenet_to_gcs.py --gcs_output_path=gs://demo/imagenet ...")
         rc = cli(["convert", "imagenet", f"--raw_data_dir={raw}", "--gcs_output_path=gs://demo/imagenet",
@@ -173,7 +175,9 @@ def main(argv=None) -> int:
             manifest = tpudata.read_manifest(f"gs://demo/imagenet/{prefix}.manifest.json")
             print(f"  gs://demo/imagenet/{prefix}-*: {manifest.num_shards} shards, "
                   f"{manifest.num_records} records, {manifest.total_bytes / 1e6:.1f} MB")
-        print(f"  checkpoints: {sorted(p.rsplit('/', 1)[-1] for p in fs.ls('demo/model', detail=False))}")
+        names = [p.rsplit("/", 1)[-1] for p in fs.ls("demo/model", detail=False)]
+        checkpoints = sorted(n for n in names if n == "checkpoint" or n.startswith("model.ckpt-"))
+        print(f"  checkpoints: {checkpoints}")
         tb_dir = args.tensorboard_dir or os.path.join(args.workdir or "demo_out", "tensorboard")
         for path in fs.find("demo/model"):  # the fake GCS ends with the demo: keep the curves
             if "/events.out.tfevents." in path:
@@ -187,6 +191,7 @@ def main(argv=None) -> int:
         cli(["head", "-n", "1", "--values", "4", "gs://demo/imagenet/validation-00000-of-00002"])
     if not args.workdir:
         shutil.rmtree(workdir, ignore_errors=True)
+        print(f"\nremoved {workdir} (the generated JPEGs; --workdir DIR keeps them)")
     print(f"\ndemo finished in {time.perf_counter() - t_start:.1f} s")
     return 0
 

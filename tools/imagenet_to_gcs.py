@@ -15,7 +15,10 @@ and written straight to ``gs://`` (no local copy). The raw data is laid out as::
     python tools/imagenet_to_gcs.py --raw_data_dir=path/to/imagenet \
         --local_scratch_dir=/data/imagenet-tfrecords --nogcs_upload
 
-The same command is ``tpudata convert imagenet ...``.
+Both write ``train-*`` and ``validation-*`` side by side (what the original uploads to GCS and
+``imagenet_input.py`` reads from one ``data_dir``); the original leaves its scratch layout,
+``train/`` and ``validation/`` sub-directories, with ``--nogcs_upload``: add ``--split_subdirs``
+for that. The same command is ``tpudata convert imagenet ...``.
 """
 
 import sys

@@ -69,6 +69,35 @@ class StaticShapeError(TpuDataError, ValueError):
     """A tensor whose shape differs from the static shape fixed earlier."""
 
 
+class BatchError(TpuDataError, ValueError):
+    """Elements that cannot be stacked into one batch: their shapes (or dtypes) differ
+    (tf.data's "Cannot batch tensors with different shapes"). ``component`` names the structure
+    leaf (``"x"``, ``"0/label"``), ``index`` the input element that differs from the batch's
+    first one (``None`` when unknown)."""
+
+    def __init__(self, message: str, component: str | None = None, index: int | None = None):
+        self.message = message
+        self.component = component
+        self.index = index
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.component, self.index))
+
+
+class MissingExtraError(TpuDataError, ImportError):
+    """An optional dependency that a feature needs is not installed; ``extra`` names the
+    ``pip install 'tpudata[extra]'`` that brings it."""
+
+    def __init__(self, message: str, extra: str | None = None, name: str | None = None):
+        self.message = message
+        self.extra = extra
+        super().__init__(message, name=name)
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.extra, self.name))
+
+
 class UnsupportedDtypeError(TpuDataError, TypeError):
     """A dtype the target (e.g. the TPU executor) does not support."""
 
@@ -161,6 +190,11 @@ class SplitError(TpuDataError, ValueError):
     state restored by another reader than the one that saved it. The message says what to do."""
 
 
+class DataLoaderConfigError(TpuDataError, TypeError):
+    """A ``torch.utils.data.DataLoader`` set up in a way the dataset cannot work with (e.g. a
+    ``batch_size`` for a dataset that yields whole batches); the message says what to pass."""
+
+
 class NotPicklableError(TpuDataError, TypeError):
     """An object (a user function, an element) that must be pickled to reach a worker process."""
 
@@ -204,7 +238,9 @@ class WorkerError(TpuDataError, RuntimeError):
 
 
 __all__ = [
+    "BatchError",
     "CorruptRecordError",
+    "DataLoaderConfigError",
     "DataLossError",
     "DecodeError",
     "HostCallError",
@@ -212,6 +248,7 @@ __all__ = [
     "InvalidExampleError",
     "InvalidImageError",
     "MainGuardError",
+    "MissingExtraError",
     "NotPicklableError",
     "SavedDatasetError",
     "SavedDatasetNotFoundError",

@@ -29,12 +29,16 @@ from typing import IO, Iterable
 
 import fsspec
 
+from tpudata import _objects
 from tpudata.errors import StorageError
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_BUFFER_SIZE = 8 << 20  # 8 MiB, as the Cloud TPU performance guide recommends
 TEMP_MARKER = ".tmp-"
+# files tpudata writes beside shards: build manifests and journals, index files. A glob skips them
+# unless its last component itself ends with the suffix (``*.idx`` finds index files).
+SIDE_FILE_SUFFIXES = (".manifest.json", ".manifest.partial.json", ".idx")
 _GLOB_CHARS = set("*?[")
 
 
@@ -189,6 +193,9 @@ def open_read(url: str, buffer_size: int = DEFAULT_BUFFER_SIZE, **storage_option
             return open(local_path(url), "rb", buffering=0)
         fs, path = url_to_fs(url, **storage_options)
         with _explained(url, fs, path):
+            if _is_gcs(url):  # ranged GETs of one generation; no metadata request when listed
+                info = _objects.TABLE.get(_objects.endpoint_of(fs), path)
+                return _objects.PinnedObject(fs, path, url, info)
             return fs.open(path, "rb", block_size=buffer_size, cache_type="none")
     except FileNotFoundError:
         raise
@@ -216,6 +223,42 @@ def size(url: str, **storage_options) -> int:
         return int(fs.size(path))
 
 
+def stat(url: str, **storage_options) -> _objects.ObjectInfo:
+    """Size (and generation) of the object at ``url``: from the last listing that saw it (no
+    request), else asked once. Use :func:`size` to ask afresh."""
+    if is_local(url):
+        return _objects.ObjectInfo(os.path.getsize(local_path(url)), None)
+    fs, path = url_to_fs(url, **storage_options)
+    info = _objects.TABLE.get(_objects.endpoint_of(fs), path) if _is_gcs(url) else None
+    if info is not None:
+        return info
+    fs, path = _fresh(url, storage_options)
+    with _explained(url, fs, path):
+        info = _objects.info_of(fs.info(path))
+    if _is_gcs(url):
+        _objects.TABLE.remember(_objects.endpoint_of(fs), path, info)
+    return info
+
+
+def listed_exists(url: str, **storage_options) -> bool:
+    """Whether ``url`` exists, answered from a listing that covered it when there is one (an
+    index file beside listed shards costs no request), else asked afresh."""
+    if _is_gcs(url):
+        fs, path = url_to_fs(url, **storage_options)
+        endpoint = _objects.endpoint_of(fs)
+        if _objects.TABLE.get(endpoint, path) is not None:
+            return True
+        if _objects.TABLE.covers(endpoint, path):
+            return False
+    return exists(url, **storage_options)
+
+
+def _forget(url: str, fs, path: str) -> None:
+    """tpudata changed the object at ``url``: what a listing said of it no longer holds."""
+    if _is_gcs(url):
+        _objects.TABLE.forget(_objects.endpoint_of(fs), path)
+
+
 def exists(url: str, **storage_options) -> bool:
     """Whether ``url`` names an existing file or object (asked afresh)."""
     if is_local(url):
@@ -233,6 +276,8 @@ def move(src: str, dst: str, **storage_options) -> None:
     fs, src_path = url_to_fs(src, **storage_options)
     _, dst_path = url_to_fs(dst, **storage_options)
     fs.mv(src_path, dst_path)
+    _forget(src, fs, src_path)
+    _forget(dst, fs, dst_path)
 
 
 def remove(url: str, missing_ok: bool = True, **storage_options) -> None:
@@ -242,6 +287,7 @@ def remove(url: str, missing_ok: bool = True, **storage_options) -> None:
             os.remove(local_path(url))
         else:
             fs, path = url_to_fs(url, **storage_options)
+            _forget(url, fs, path)
             fs.rm_file(path)
     except FileNotFoundError:
         if not missing_ok:
@@ -267,21 +313,51 @@ def read_bytes(url: str, **storage_options) -> bytes:
         return fs.cat_file(path)
 
 
-def glob(pattern: str, **storage_options) -> list[str]:
+def glob(pattern: str, include_side_files: bool = False, **storage_options) -> list[str]:
     """Files matching ``pattern``, sorted like TensorFlow's ``MatchingFiles``.
 
     Results keep the pattern's form (plain paths for local patterns, full URLs otherwise).
+    tpudata's side files (``*.manifest.json``, ``*.idx``: :data:`SIDE_FILE_SUFFIXES`) are left
+    out unless the pattern's ending asks for them (``*.idx``) or ``include_side_files``. On GCS
+    it is one listing (paged) whose sizes and generations later opens use.
     """
     if is_local(pattern):
         prefix = "file://" if pattern.startswith("file://") else ""
         found = [p for p in _glob.glob(local_path(pattern), recursive=True) if os.path.isfile(p)]
+        if not include_side_files:
+            found = _without_side_files(found, pattern)
         return sorted(prefix + p for p in found)
     fs, path = url_to_fs(pattern, **storage_options)
     with _explained(pattern, fs, path):
-        found = [p for p in fs.glob(path) if not fs.isdir(p)]
+        # one listing (paged) with every object's size: no request per matched object
+        listed = fs.glob(path, detail=True)
+    found = [p for p, entry in listed.items() if entry.get("type", "file") != "directory"]
+    if _is_gcs(pattern):
+        cut = min((path.index(c) for c in _GLOB_CHARS if c in path), default=len(path))
+        _objects.TABLE.record_listing(_objects.endpoint_of(fs), path[:cut],
+                                      {p: _objects.info_of(listed[p]) for p in found})
+    if not include_side_files:
+        found = _without_side_files(found, pattern)
     if not found:
         _check_bucket(fs, path, pattern)
     return sorted(_full_url(fs, p, pattern) for p in found)
+
+
+def is_side_file(name: str) -> bool:
+    """Whether ``name`` is one of the files tpudata writes beside shards (manifest, journal,
+    index file)."""
+    return name.endswith(SIDE_FILE_SUFFIXES)
+
+
+def _without_side_files(found: list[str], pattern: str) -> list[str]:
+    last = pattern.rstrip("/").rsplit("/", 1)[-1]
+    tail = last[max(last.rfind(c) for c in _GLOB_CHARS | {"]"}) + 1:] if has_glob(last) else last
+    # a pattern whose literal ending names a side file's suffix asks for them ("*.idx", "*.json")
+    asked = tuple(s for s in SIDE_FILE_SUFFIXES if tail and s.endswith(tail) or last.endswith(s))
+    kept = [p for p in found if not is_side_file(p) or p.endswith(asked or ("\0",))]
+    if len(kept) < len(found):
+        logger.debug("%s: skipped %d manifest/index file(s)", pattern, len(found) - len(kept))
+    return kept
 
 
 def has_glob(pattern: str) -> bool:
@@ -377,6 +453,8 @@ class AtomicWriter:
             else:
                 with _explained(self.url, self._fs, self._final):
                     self._f.close()
+            if self._tmp is None and not is_local(self.url):
+                _forget(self.url, self._fs, self._final)
         except BaseException:
             self._discard()
             raise

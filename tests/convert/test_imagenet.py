@@ -139,8 +139,8 @@ def test_cli_nogcs_upload_matches_library(imagenet_tree, imagenet_reference, tmp
     scratch = tmp_path / "scratch"
     argv = ["convert", "imagenet", f"--raw_data_dir={root}", f"--local_scratch_dir={scratch}",
             "--nogcs_upload", "--num_train_shards", str(TRAIN_SHARDS),
-            f"--num_validation_shards={VALIDATION_SHARDS}", "--workers", "1"]
-    assert main(argv) == 0
+            f"--num_validation_shards={VALIDATION_SHARDS}", "--workers", "1", "--split_subdirs"]
+    assert main(argv) == 0  # the original's scratch layout: train/ and validation/
     out = capsys.readouterr().out
     assert "train: 7 shard(s), 14 records" in out and "validation: 2 shard(s), 5 records" in out
     assert tree_bytes(str(scratch)) == tree_bytes(imagenet_reference[0])
@@ -148,6 +148,29 @@ def test_cli_nogcs_upload_matches_library(imagenet_tree, imagenet_reference, tmp
     assert main(argv) == 0
     assert "kept from a previous run" in capsys.readouterr().out
     assert tree_bytes(str(scratch)) == tree_bytes(imagenet_reference[0])
+
+
+def test_nogcs_upload_writes_the_layout_imagenet_input_reads(imagenet_tree, imagenet_reference,
+                                                            tmp_path, capsys):
+    """Both splits side by side in --local_scratch_dir, as the original uploads them to GCS: one
+    data_dir for train-* and validation-*, as tensorflow/tpu's imagenet_input.py (and the
+    README's port) read them."""
+    root, _ = imagenet_tree
+    data_dir = tmp_path / "imagenet"
+    assert main(["convert", "imagenet", f"--raw_data_dir={root}", f"--local_scratch_dir={data_dir}",
+                 "--nogcs_upload", f"--num_train_shards={TRAIN_SHARDS}",
+                 f"--num_validation_shards={VALIDATION_SHARDS}", "--workers=1"]) == 0
+    capsys.readouterr()
+    reference = {os.path.basename(k): v for k, v in tree_bytes(imagenet_reference[0]).items()}
+    assert tree_bytes(str(data_dir)) == reference  # the same files, one directory
+    for split, shards, records in (("train", TRAIN_SHARDS, 14), ("validation", VALIDATION_SHARDS, 5)):
+        files = tpudata.Dataset.list_files(os.path.join(str(data_dir), f"{split}-*"), shuffle=False)
+        assert len(list(files)) == shards
+        assert sum(1 for _ in tpudata.TFRecordDataset(files)) == records
+    # --split_subdirs is about the local layout only
+    assert main(["convert", "imagenet", f"--raw_data_dir={root}", "--gcs_output_path=gs://b/x",
+                 "--split_subdirs"]) == 2
+    assert "--nogcs_upload only" in capsys.readouterr().err
 
 
 def test_tool_flag_checks(tmp_path):

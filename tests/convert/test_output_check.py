@@ -59,7 +59,7 @@ def test_probe_leaves_nothing_behind(fake_gcs_server, tmp_path):
     storage.gcs_filesystem().mkdir("bucket")
     for out in (str(tmp_path / "out"), "gs://bucket/out"):
         result = convert_npz(_npz(tmp_path), out, "rows", num_shards=2)
-        names = sorted(u.rsplit("/", 1)[-1] for u in storage.glob(storage.join(out, "*")))
+        names = sorted(u.rsplit("/", 1)[-1] for u in storage.glob(storage.join(out, "*"), include_side_files=True))
         assert names == ["rows-00000-of-00002", "rows-00001-of-00002", "rows.manifest.json"]
         assert result.records_written == 10
     assert not list((tmp_path / "out").glob(".*"))  # no probe, no temporary

@@ -319,3 +319,11 @@ def test_process_map_chunks_are_capped_by_the_bytes_of_their_outputs():
                 assert 1 <= size <= most, size
             else:  # 2 KB elements: as many as the count and the window allow
                 assert size == mapper_it.chunk_max == procmap.CHUNK_MAX, size
+
+
+def test_map_docstring_states_the_chunk_size_and_window_the_code_uses():
+    from tpudata.dataset.parallel.processes.map import CHUNK_MAX, WINDOW
+
+    doc = " ".join(Dataset.map.__doc__.split())
+    assert f"chunk of up to {CHUNK_MAX} elements" in doc, doc
+    assert f"max({WINDOW}, 32 * N) elements in flight" in doc, doc

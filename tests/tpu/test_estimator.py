@@ -401,3 +401,68 @@ def test_numpy_backend_needs_no_jax():
             "from tpudata.tpu import models\n"
             "assert not any(m == 'jax' or m.startswith('jax.') for m in sys.modules), 'jax imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- progress lines: shown by default, as TPUEstimator's -------------------------------------------
+_PROGRAM = """
+import logging, sys
+import numpy as np
+from tpudata import Dataset, tpu
+from tpudata.tpu import models
+
+X = np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32)
+
+def train(**kw):  # 6 steps in loops of 2: three loop lines and a closing one
+    cfg = tpu.RunConfig(tpu_config=tpu.TPUConfig(iterations_per_loop=2, num_shards=2))
+    est = tpu.TPUEstimator(models.softmax_regression(2), cfg, train_batch_size=8, **kw)
+    est.train(lambda p: Dataset.from_tensor_slices(({"x": X}, (X[:, 0] > 0).astype(np.int32)))
+              .repeat().batch(p["batch_size"]), steps=6)
+
+def case(name):
+    sys.stderr.write(f"== {name}\\n")
+
+case("nothing configured")
+train()
+case("verbose=False")
+train(verbose=False)
+case("a level on tpudata")
+logging.getLogger("tpudata").setLevel(logging.WARNING)
+train()
+logging.getLogger("tpudata").setLevel(logging.NOTSET)
+case("basicConfig at WARNING")
+logging.basicConfig(format="configured: %(name)s: %(message)s")
+train()
+case("basicConfig at INFO")
+logging.getLogger().setLevel(logging.INFO)
+train()
+case("end")
+"""
+
+
+def test_one_line_per_loop_by_default_and_off_by_verbose_or_levels():
+    """TPUEstimator's loss / global_step/sec lines show without any logging set-up (tf.logging
+    INFO does); here one line per loop, through the logger, never twice, and hidden by
+    ``verbose=False`` or by the program's logging levels."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _PROGRAM], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout == ""  # the library prints nothing: these are log records, on stderr
+    cases = {}
+    for chunk in out.stderr.split("== ")[1:]:
+        name, _, body = chunk.partition("\n")
+        cases[name] = [line for line in body.splitlines() if line]
+    loops = [f"step {s}: loss" for s in (2, 4, 6)] + ["training done at step 6"]
+
+    def shown(lines):
+        return [next((m for m in loops if m in line), line) for line in lines]
+
+    assert shown(cases["nothing configured"]) == loops
+    assert all(line.startswith("INFO:tpudata.tpu.estimator:") for line in cases["nothing configured"])
+    assert cases["verbose=False"] == []
+    assert cases["a level on tpudata"] == []
+    assert cases["basicConfig at WARNING"] == []
+    assert shown(cases["basicConfig at INFO"]) == loops  # the program's handler, once
+    assert all(line.startswith("configured: tpudata.tpu.estimator: ")
+               for line in cases["basicConfig at INFO"])

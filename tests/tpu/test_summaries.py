@@ -84,6 +84,8 @@ def test_train_writes_what_tpuestimator_records_and_the_infeed_report(tmp_path, 
         assert [s for s, _ in got] == [5, 10, 15, 20], tag
         np.testing.assert_allclose([v for _, v in got], values, rtol=1e-6, err_msg=tag)
     assert all(r.records == 5 * 64 for r in reports)
+    rates = [r.args[2] for r in caplog.records if r.msg.startswith("step %d: loss")]
+    np.testing.assert_allclose(rates, expected["global_step/sec"], rtol=1e-6)  # the log line's
 
 
 def test_save_summary_steps_spans_loops_and_none_turns_them_off(tmp_path, caplog):

@@ -2,8 +2,15 @@
 
 ``convert imagenet`` takes the flags of TensorFlow's ``tools/datasets/imagenet_to_gcs.py``
 (``--raw_data_dir``, ``--local_scratch_dir``, ``--gcs_output_path``, ``--[no]gcs_upload``,
-``--project``) plus ``--num_train_shards``, ``--num_validation_shards`` and ``--workers``;
-``tools/imagenet_to_gcs.py`` is the same command as a script.
+``--project``) plus ``--num_train_shards``, ``--num_validation_shards``, ``--split_subdirs`` and
+``--workers``; ``tools/imagenet_to_gcs.py`` is the same command as a script.
+
+Layout: the original converts into ``local_scratch_dir/train/`` and ``.../validation/`` and then
+uploads every shard to one GCS directory, where ``imagenet_input.py`` reads ``train-*`` and
+``validation-*`` from one ``data_dir``; with ``--nogcs_upload`` it leaves the scratch layout,
+which no single ``data_dir`` reads. Here the shards are written straight to their final place,
+so ``--nogcs_upload`` writes the uploaded layout (both splits side by side) into
+``--local_scratch_dir``; ``--split_subdirs`` gives the original's scratch layout.
 """
 
 from __future__ import annotations
@@ -70,13 +77,18 @@ def add_imagenet_arguments(p: argparse.ArgumentParser) -> None:
                    help="ImageNet root with train/<synset>/*.JPEG, validation/*.JPEG and "
                         "synset_labels.txt (a local path or a URL such as gs://...)")
     p.add_argument("--local_scratch_dir",
-                   help="output directory with --nogcs_upload (shards go to its train/ and "
-                        "validation/ sub-directories); not needed otherwise: shards are "
-                        "written straight to --gcs_output_path")
+                   help="output directory with --nogcs_upload: train-* and validation-* shards "
+                        "side by side, the layout the original uploads to GCS and "
+                        "imagenet_input.py's data_dir reads (see --split_subdirs); not needed "
+                        "otherwise: shards are written straight to --gcs_output_path")
     p.add_argument("--gcs_output_path", help="gs://bucket/path the shards are written to")
     p.add_argument("--gcs_upload", action=_AbslBool, default=True,
                    help="write to --gcs_output_path (default); --nogcs_upload writes to "
                         "--local_scratch_dir instead")
+    p.add_argument("--split_subdirs", action=_AbslBool, default=False,
+                   help="with --nogcs_upload, write the original's scratch layout instead: "
+                        "train-* in LOCAL_SCRATCH_DIR/train/, validation-* in "
+                        "LOCAL_SCRATCH_DIR/validation/ (default: false)")
     p.add_argument("--project", help="Google Cloud project of the bucket")
     p.add_argument("--num_train_shards", type=_positive, default=1024,
                    help="training shards (default: %(default)s)")
@@ -187,13 +199,20 @@ def cmd_imagenet(args) -> int:
             print("tpudata convert imagenet: --gcs_output_path must start with gs://",
                   file=sys.stderr)
             return 2
+        if args.split_subdirs:
+            print("tpudata convert imagenet: --split_subdirs applies to --nogcs_upload only "
+                  "(GCS gets train-* and validation-* side by side, as from the original)",
+                  file=sys.stderr)
+            return 2
         output, subdirs = args.gcs_output_path, False
     else:
         if not args.local_scratch_dir:
             print("tpudata convert imagenet: --nogcs_upload needs --local_scratch_dir",
                   file=sys.stderr)
             return 2
-        output, subdirs = args.local_scratch_dir, True
+        # the original leaves its scratch layout (train/, validation/) behind with --nogcs_upload;
+        # here the local directory is the final output: the GCS layout, unless asked
+        output, subdirs = args.local_scratch_dir, args.split_subdirs
 
     def go():
         with executor_for(args) as executor:

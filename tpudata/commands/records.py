@@ -27,13 +27,13 @@ def _common(p) -> None:
 
 
 # files a shard directory holds beside its TFRecords: build manifests and journals, index files
-_SIDECARS = (".manifest.json", ".manifest.partial.json", ".idx")
+_SIDECARS = storage.SIDE_FILE_SUFFIXES
 
 
 def _files(args) -> list[str]:
-    """Files named by the arguments. What a glob picks up that is a tpudata sidecar by name
-    (a manifest, a build journal, an index file) is skipped with a note; a file named
-    explicitly is always read."""
+    """Files named by the arguments. Globs skip tpudata's sidecars (manifests, build journals,
+    index files); one whose ending asks for them (``*.json``) has them skipped here with a note;
+    a file named explicitly is always read."""
     out, skipped = [], []
     for pattern in args.paths:
         found = storage.expand(pattern)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from typing import Iterable, Sequence
 
 from tpudata import storage
@@ -86,7 +87,8 @@ def file_record_counts(files: str | Iterable[str], progress: bool = True,
         return counts
     logger.info("no manifest covers %d file(s): counting their records by a scan", len(names))
     out = []
-    for name in tqdm(names, desc="counting records", unit="file", disable=not progress, leave=False):
+    no_bar = not progress or not sys.stderr.isatty()  # a bar only on a terminal
+    for name in tqdm(names, desc="counting records", unit="file", disable=no_bar, leave=False):
         with TFRecordFileReader(name, **storage_options) as reader:
             out.append(sum(len(b) for b in reader))
     return out

@@ -20,12 +20,9 @@ _NAMES = {"half": "float16", "float": "float32", "double": "float64", "bfloat16"
 def _dtype(out_type: Any) -> np.dtype:
     name = out_type.replace("tf.", "") if isinstance(out_type, str) else None
     if name == "bfloat16" or getattr(out_type, "__name__", None) == "bfloat16":
-        try:
-            import ml_dtypes
-        except ImportError:
-            raise ImportError("decode_raw(out_type='bfloat16') needs ml_dtypes: "
-                              "pip install 'tpudata[bfloat16]'") from None
-        return np.dtype(ml_dtypes.bfloat16)
+        from tpudata._extras import bfloat16  # noqa: PLC0415
+
+        return bfloat16("decode_raw(out_type='bfloat16')")
     try:
         dt = np.dtype(_NAMES.get(name, name) if name is not None else out_type)
     except TypeError:

@@ -144,9 +144,7 @@ def read_manifest(url: str, **storage_options) -> Manifest:
 
 def try_read_manifest(url: str, **storage_options) -> Manifest | None:
     """:func:`read_manifest`, or ``None`` (with a warning if it is damaged) when unusable."""
-    try:
-        if not storage.exists(url, **storage_options):
-            return None
+    try:  # read, not "exists?" then read: one request either way
         return read_manifest(url, **storage_options)
     except FileNotFoundError:
         return None
@@ -181,7 +179,7 @@ def record_counts(files: list[str], check_sizes: bool = True, **storage_options)
         info = None if shards is None else shards.get(name)
         if info is None:
             return None
-        if check_sizes and storage.size(url, **storage_options) != info.bytes:
+        if check_sizes and storage.stat(url, **storage_options).size != info.bytes:
             logger.warning("%s does not match its manifest %s (size); counting needs a scan", url, key)
             return None
         counts.append(info.records)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from typing import Iterable, Sequence
 
@@ -109,9 +110,9 @@ class TFRecordSource:
                 return read_index(os.fspath(given), **self.storage_options)
             return np.asarray(given, dtype=np.int64).reshape(-1, 2)
         idx_url = url + self.index_suffix
-        if storage.exists(idx_url, **self.storage_options):
+        if storage.listed_exists(idx_url, **self.storage_options):
             return read_index(idx_url, **self.storage_options)
-        head = bytes(self._reader.read(url, 0, min(framing.HEADER_SIZE, storage.size(url, **self.storage_options))))
+        head = bytes(self._reader.read(url, 0, min(framing.HEADER_SIZE, storage.stat(url, **self.storage_options).size)))
         compression = detect_compression(head)
         if compression:
             raise ValueError(
@@ -128,7 +129,8 @@ class TFRecordSource:
         from tqdm.auto import tqdm  # noqa: PLC0415
 
         bar = tqdm(todo, desc="indexing TFRecord files", unit="file",
-                   disable=not self.progress or len(todo) < 2, leave=False)
+                   disable=not self.progress or len(todo) < 2 or not sys.stderr.isatty(),
+                   leave=False)  # a bar only on a terminal
         for k in bar:
             ix = self._build(k)
             with self._lock:

@@ -13,11 +13,17 @@ In a DataLoader worker a batch leaves as one block of reused shared memory
 ``bytes`` / :class:`ByteStrings` as without workers; ``shared_memory=False`` yields plain dicts
 in the worker instead (for a ``collate_fn`` that wants to see them there), at the cost of torch's
 per-tensor sharing and pickled byte strings.
+
+The epoch lives in one int64 of shared memory, so ``set_epoch`` in the main process reaches
+workers that persist across epochs (``persistent_workers=True``) at their next ``iter()``. A
+DataLoader that batches again (``batch_size`` left at its default of 1) is refused with
+:class:`~tpudata.errors.DataLoaderConfigError` when it calls ``iter()``.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Callable, Iterable, Iterator
 
 import torch
@@ -31,7 +37,7 @@ import tpudata.dataset.parallel.prefetch  # noqa: F401
 import tpudata.dataset.ops.shuffle  # noqa: F401
 from tpudata import storage
 from tpudata.distribute.batches import SourceBatches
-from tpudata.errors import SplitError
+from tpudata.errors import DataLoaderConfigError, SplitError
 from tpudata.distribute.counts import equal_num_batches, file_record_counts
 from tpudata.distribute.pipeline import split_batches, split_mode
 from tpudata.torch.shared import in_worker, pack
@@ -56,13 +62,24 @@ class _SplitIterable(torch.utils.data.IterableDataset):
         self.num_workers = num_workers
         self.rank, self.world_size = rank_and_world(rank, world_size)
         self.mask_key = mask_key
-        self.epoch = 0
+        # shared with DataLoader workers (inherited by fork, passed as shared memory to
+        # forkserver/spawn workers; a plain pickle copies it): set_epoch reaches persistent ones
+        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._pending: dict | None = None
         self._it = None
         self._split: Split | None = None
 
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch[0])
+
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self._epoch[0] = int(epoch)
+
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch (reshuffles where the pipeline shuffles), as DistributedSampler does."""
+        """Select the epoch (reshuffles where the pipeline shuffles), as DistributedSampler does;
+        DataLoader workers, persistent ones too, read it at their next ``iter()``."""
         self.epoch = int(epoch)
 
     def _readers(self) -> int:
@@ -83,6 +100,15 @@ class _SplitIterable(torch.utils.data.IterableDataset):
         raise NotImplementedError
 
     def __iter__(self) -> Iterator:
+        if _collating_fetcher(sys._getframe(1)):
+            raise DataLoaderConfigError(
+                f"{type(self).__name__} yields whole batches ({self.batch_size} rows each, with a "
+                f"{self.mask_key!r} mask), but this DataLoader batches them again (its batch_size "
+                f"defaults to 1): pass DataLoader(dataset, batch_size=None, ...); a collate_fn then "
+                f"gets each whole batch")
+        return self._batches()
+
+    def _batches(self) -> Iterator:
         pending, self._pending = self._pending, None
         epoch = self.epoch if pending is None else int(pending["epoch"])
         split = current_split(self.rank, self.world_size, self.num_workers, epoch)
@@ -119,6 +145,25 @@ class _SplitIterable(torch.utils.data.IterableDataset):
             return
         self._pending = dict(state)
         self.epoch = int(state["epoch"])
+
+
+def _collating_fetcher(frame) -> bool:
+    """Whether ``iter()`` is called by a DataLoader fetcher that collates (``batch_size`` is not
+    None): the fetcher calls ``iter(dataset)`` from its ``__init__`` (in the main process without
+    workers, in each worker with them), after setting ``auto_collation``. Neither the dataset
+    nor ``get_worker_info()`` is told the DataLoader's arguments, so its frame is looked at."""
+    try:
+        from torch.utils.data._utils.fetch import _BaseDatasetFetcher  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - another torch layout: no check
+        return False
+    for _ in range(3):
+        if frame is None:
+            return False
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, _BaseDatasetFetcher):
+            return bool(getattr(owner, "auto_collation", False))
+        frame = frame.f_back
+    return False
 
 
 class TFRecordIterable(_SplitIterable):

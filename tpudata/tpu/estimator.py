@@ -19,7 +19,7 @@ import numpy as np
 
 from tpudata import storage
 from tpudata.dataset.core.nest import flatten, unflatten
-from tpudata.tpu import summaries
+from tpudata.tpu import progress, summaries
 from tpudata.tpu.config import InputPipelineConfig, RunConfig, TPUContext
 from tpudata.tpu.device import Signature
 from tpudata.tpu.infeed import Infeed, LoopReport, call_input_fn, nbytes, rows
@@ -45,13 +45,18 @@ class TPUEstimator:
     ``backend="jax"`` runs them on ``jax.devices()[:num_shards]``: model_fn is written with
     ``jax.numpy``, gradients come from ``jax.grad``, and each loop of ``iterations_per_loop`` steps
     is one compiled call (see :mod:`tpudata.tpu.jax_backend`; needs the ``[jax]`` extra).
+
+    ``verbose=True`` (default): one line per training loop (loss, infeed report), checkpoints
+    and evaluation results are logged at INFO on this module's logger and shown even when the
+    program configured no logging, as TPUEstimator's are (see :mod:`tpudata.tpu.progress`);
+    ``verbose=False`` logs them at DEBUG.
     """
 
     def __init__(self, model_fn: Callable, config: RunConfig | None = None, params: dict | None = None,
                  use_tpu: bool = True, train_batch_size: int | None = None,
                  eval_batch_size: int | None = None, predict_batch_size: int | None = None,
                  optimizer: Optimizer | None = None, weight_key: str = "weight",
-                 backend: str = "numpy"):
+                 backend: str = "numpy", verbose: bool = True):
         if backend not in ("numpy", "jax"):
             raise ValueError(f"backend must be 'numpy' or 'jax', not {backend!r}")
         self.model_fn = model_fn
@@ -61,6 +66,7 @@ class TPUEstimator:
         self.use_tpu = use_tpu
         self.optimizer = optimizer
         self.weight_key = weight_key
+        self.verbose = verbose
         tpu = self.config.tpu_config
         self.num_replicas = tpu.num_shards if use_tpu else 1
         self.batch_sizes = {ModeKeys.TRAIN: train_batch_size, ModeKeys.EVAL: eval_batch_size,
@@ -82,6 +88,10 @@ class TPUEstimator:
             from tpudata.tpu.jax_backend import JaxBackend
 
             self._jax = JaxBackend(self)
+
+    def _log(self, msg: str, *args) -> None:
+        """A progress line: shown by default, off with verbose=False (tpudata.tpu.progress)."""
+        progress.log(logger, self.verbose, msg, *args, stacklevel=3)
 
     # -- inputs ----------------------------------------------------------------------------------
     def _input(self, input_fn: Callable, mode: str, partial: bool = False,
@@ -222,7 +232,7 @@ class TPUEstimator:
         self._restore_latest()
         target = self.global_step + steps if steps is not None else max_steps
         if self.global_step >= target:
-            logger.info("already at global step %d >= %d: nothing to train", self.global_step, target)
+            self._log("already at global step %d >= %d: nothing to train", self.global_step, target)
             return self
         every = self.config.save_checkpoints_steps
         loop_size = self.config.tpu_config.iterations_per_loop
@@ -230,7 +240,7 @@ class TPUEstimator:
         if not restore_input:
             self._input_state = None
         if self._input_state is not None:
-            logger.info("input resumes where step %d left it", self.global_step)
+            self._log("input resumes where step %d left it", self.global_step)
         infeed = self._input(input_fn, ModeKeys.TRAIN, states=self._input_state)
         loops = None  # the JAX backend's loop stacker
         total = LoopReport(loops=0)
@@ -252,8 +262,11 @@ class TPUEstimator:
                 if report.steps:
                     total = total + report
                     self.infeed_reports.append(report)
-                    logger.info("step %d: loss %.5f; infeed %s", self.global_step,
-                                report.loss, report.summary())
+                    compiled = (f"; compiled in {report.setup_seconds:.2f} s before the loop "
+                                "(not counted)" if report.setup_seconds else "")
+                    rate = report.steps / report.wall_seconds if report.wall_seconds else 0.0
+                    self._log("step %d: loss %.5f, %.4g global_step/sec; infeed %s%s",
+                              self.global_step, report.loss, rate, report.summary(), compiled)
                 if every and self.global_step // every > start_step // every:
                     self.save_checkpoint()
                 recorder.on_loop(self.global_step, report, start_step)
@@ -268,7 +281,7 @@ class TPUEstimator:
         if self.config.model_dir:
             self.save_checkpoint()
         self.last_train_report = total
-        logger.info("training done at step %d: %s", self.global_step, total.summary())
+        self._log("training done at step %d: %s", self.global_step, total.summary())
         return self
 
     # -- evaluation and prediction ---------------------------------------------------------------
@@ -313,7 +326,7 @@ class TPUEstimator:
         result = {k: m.result() for k, m in metrics.items()}
         result.update(loss=loss_total / examples if examples else float("nan"),
                       examples=int(round(examples)), global_step=self.global_step, steps=done)
-        logger.info("evaluation%s at step %d: %s", f" {name}" if name else "", self.global_step, result)
+        self._log("evaluation%s at step %d: %s", f" {name}" if name else "", self.global_step, result)
         recorder.on_eval(result, self.global_step)
         return result
 
@@ -404,7 +417,7 @@ class TPUEstimator:
         with storage.open_atomic(self._ckpt_url(_INDEX)) as f:
             f.write(json.dumps(index).encode())
         self._restored_from = name
-        logger.info("saved checkpoint %s", self._ckpt_url(name))
+        self._log("saved checkpoint %s", self._ckpt_url(name))
         return self._ckpt_url(name)
 
     def _restore_latest(self) -> None:
@@ -420,7 +433,7 @@ class TPUEstimator:
         self.store.load(variables)
         self.slots = [{k: v.copy() for k, v in slots.items()} for _ in range(self.num_replicas)]
         self._restored_from = name
-        logger.info("restored %s (global step %d)", self._ckpt_url(name), self.global_step)
+        self._log("restored %s (global step %d)", self._ckpt_url(name), self.global_step)
 
     @property
     def input_state(self) -> list | None:

@@ -104,7 +104,8 @@ class LoopReport:
 
     Both backends fill it the same way: ``device_seconds`` is how long the device computed (the
     numpy replicas, or a JAX loop timed to ``block_until_ready``), ``wait_seconds`` how long the
-    device side waited for the infeed.
+    device side waited for the infeed. ``setup_seconds`` (compiling a JAX program before its first
+    loop) is in neither, nor in ``wall_seconds``: the first loop's rates are the device's.
     """
 
     steps: int = 0
@@ -116,6 +117,9 @@ class LoopReport:
     loops: int = field(default=1)
     global_step: int = 0  # the global step when the loop ended
     loss: float = float("nan")  # mean training loss over the loop's steps (a sum: the last loop's)
+    # compilation and variable creation before the loop ran (JAX backend, first loop of a
+    # program): not device time, not input time, and left out of wall_seconds
+    setup_seconds: float = 0.0
 
     @property
     def input_bound_percent(self) -> float:
@@ -135,7 +139,8 @@ class LoopReport:
                           self.wait_seconds + other.wait_seconds, self.records + other.records,
                           self.bytes + other.bytes, self.wall_seconds + other.wall_seconds,
                           self.loops + other.loops, max(self.global_step, other.global_step),
-                          other.loss if other.steps else self.loss)
+                          other.loss if other.steps else self.loss,
+                          self.setup_seconds + other.setup_seconds)
 
     def summary(self) -> str:
         return (f"{self.steps} steps: device {self.device_seconds:.3f} s, waiting for infeed "

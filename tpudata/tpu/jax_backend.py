@@ -8,8 +8,10 @@
   prepares the next loop's stack while the device runs the current one) and runs them as one
   compiled call, a device-side loop whose trip count is a runtime value as in TPUEstimator: a
   shorter final loop (padded to the same shape) runs the same program. Programs are compiled
-  ahead of time per input shape and counted (:attr:`JaxBackend.compilations`); device time is
-  measured to ``block_until_ready`` and compilation is not counted in it.
+  ahead of time per input shape and counted (:attr:`JaxBackend.compilations`); nothing else is
+  compiled (shapes come from the stacked arrays' metadata, never by indexing device arrays).
+  Device time is measured to ``block_until_ready``; compiling and creating the variables before
+  the first loop are in neither it nor the loop's wall time (``LoopReport.setup_seconds``).
 - ``host_call`` tensors of every step come out of the same compiled loop (``[replicas, L,
   batch, ...]``); the host keeps the loop's real steps, concatenates the replicas on the batch
   dimension and hands them to the estimator's summaries recorder, which runs ``fn`` once per loop
@@ -51,6 +53,14 @@ def _shard_map_fn(fn, mesh, in_specs, out_specs):
         return _shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
     except TypeError:  # pragma: no cover - older spelling
         return _shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_rep=False)
+
+
+def _struct(a) -> "jax.ShapeDtypeStruct":
+    """A leaf's shape and dtype, read from its metadata (never from a device array's values)."""
+    if isinstance(a, jax.ShapeDtypeStruct):
+        return a
+    dtype = a.dtype if hasattr(a, "dtype") else np.asarray(a).dtype
+    return jax.ShapeDtypeStruct(np.shape(a), dtype)
 
 
 def _signature(tree) -> tuple:
@@ -106,17 +116,19 @@ class JaxBackend:
         self._traces = 0
         self._step = None  # (global step, the same on the devices)
         self._counts: dict = {}  # loop lengths on the devices
-        self.last_compile_seconds = 0.0
+        self.last_setup_seconds = 0.0  # the last train loop's compilation and variable creation
 
     # -- parameters --------------------------------------------------------------------------------
     def _on_trace(self) -> None:
         self._traces += 1
 
     def _init_variables(self, mode: str, features, labels) -> None:
-        """Create model_fn's variables (numpy initial values) by tracing it once abstractly."""
+        """Create model_fn's variables (numpy initial values) by tracing it once abstractly.
+
+        ``features`` and ``labels`` are one replica's batch, or only its shapes and dtypes
+        (``jax.ShapeDtypeStruct`` leaves): nothing is computed on them."""
         store = self.est.store
-        structs = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype),
-                                         (features, labels))
+        structs = jax.tree_util.tree_map(_struct, (features, labels))
         params = self.est._model_params(mode)
 
         def init(f, l):  # noqa: E741
@@ -235,9 +247,15 @@ class JaxBackend:
     def run_train_loop(self, features, labels, n: int, state, records: int, nbytes_: int,
                        waited: float) -> LoopReport:
         est = self.est
+        initialised = 0.0
         if not est.store.frozen or self._optimizer is None:
-            one = jax.tree_util.tree_map(lambda a: a[0, 0], (features, labels))
+            setup = time.perf_counter()
+            # one replica's batch as shapes and dtypes, from the stacked arrays' metadata:
+            # indexing the device arrays (a[0, 0]) would run (and compile) eager XLA ops
+            one = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape[2:], a.dtype),
+                                         (features, labels))
             self._init_variables(ModeKeys.TRAIN, *one)
+            initialised = time.perf_counter() - setup
         params, slots = self._device_params(), self._device_slots()
         if self._step is None or self._step[0] != est.global_step:
             self._step = (est.global_step,
@@ -255,7 +273,8 @@ class JaxBackend:
                            out_specs=(spec, spec, PartitionSpec(), spec, PartitionSpec(), spec))
         compiling = self.compile_seconds
         compiled = self._compile((ModeKeys.TRAIN, _signature(args)), sm, *args)
-        self.last_compile_seconds = self.compile_seconds - compiling
+        # compiled ahead, before the device timer starts: neither device nor input time
+        self.last_setup_seconds = self.compile_seconds - compiling + initialised
         t0 = time.perf_counter()
         new_params, new_slots, new_step, losses, diverged, host = compiled(*args)
         jax.block_until_ready((new_params, new_slots, losses, diverged, host))
@@ -269,7 +288,8 @@ class JaxBackend:
         est._input_state = state
         losses = np.asarray(jax.device_get(losses))[:, :n]
         return LoopReport(steps=n, device_seconds=device, wait_seconds=waited, records=records,
-                          bytes=nbytes_, global_step=est.global_step, loss=float(losses.mean()))
+                          bytes=nbytes_, global_step=est.global_step, loss=float(losses.mean()),
+                          setup_seconds=self.last_setup_seconds)
 
 
 def _host_call_rows(host, n: int):
@@ -353,7 +373,7 @@ class TrainLoops:
         report = self.backend.run_train_loop(features, labels, steps, state, records, total_bytes,
                                              waited)
         # compiling is neither device time nor input time: leave it out of the loop's wall time
-        report.wall_seconds = time.perf_counter() - t0 - self.backend.last_compile_seconds
+        report.wall_seconds = time.perf_counter() - t0 - self.backend.last_setup_seconds
         return report, steps < n
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.iterator import BlockIterator, Cursor, IterContext, Iterator
 from tpudata.dataset.core.state import from_jsonable, jsonable
 
@@ -154,28 +155,28 @@ class Dataset:
     @staticmethod
     def from_tensor_slices(tensors) -> "Dataset":
         """Elements are the slices of ``tensors`` (arrays, tuples/dicts of arrays) along axis 0."""
-        from tpudata.dataset.sources.files import TensorSlicesDataset
+        TensorSlicesDataset = registry.lookup("TensorSlicesDataset")
 
         return TensorSlicesDataset(tensors)
 
     @staticmethod
     def from_tensors(tensors) -> "Dataset":
         """A dataset of exactly one element, ``tensors``."""
-        from tpudata.dataset.sources.files import TensorSlicesDataset
+        TensorSlicesDataset = registry.lookup("TensorSlicesDataset")
 
         return TensorSlicesDataset(tensors, single=True)
 
     @staticmethod
     def range(*args, dtype=np.int64) -> "Dataset":
         """``Dataset.range(stop)`` / ``(start, stop[, step])`` like Python's range."""
-        from tpudata.dataset.sources.files import RangeDataset
+        RangeDataset = registry.lookup("RangeDataset")
 
         return RangeDataset(*args, dtype=dtype)
 
     @staticmethod
     def counter(start: int = 0, step: int = 1, dtype=np.int64) -> "Dataset":
         """``start, start + step, ...`` without end (``Dataset.range`` with no stop)."""
-        from tpudata.dataset.sources.counter import CounterDataset
+        CounterDataset = registry.lookup("CounterDataset")
 
         return CounterDataset(start, step, dtype)
 
@@ -184,7 +185,7 @@ class Dataset:
         """Random int64 values without end (numpy's PCG64, not TF's Philox: a seed gives
         another stream than TF's); the same each iteration unless
         ``rerandomize_each_iteration=True``."""
-        from tpudata.dataset.sources.random_values import RandomDataset
+        RandomDataset = registry.lookup("RandomDataset")
 
         return RandomDataset(seed, rerandomize_each_iteration)
 
@@ -194,7 +195,7 @@ class Dataset:
         """Files matching ``file_pattern`` (a glob or list of globs). As in TF they are shuffled
         unless ``shuffle=False`` (then sorted like TF's MatchingFiles); give ``seed`` when
         several hosts ``shard()`` the list, so that they agree on the order."""
-        from tpudata.dataset.sources.files import list_files
+        list_files = registry.lookup("list_files")
 
         return list_files(file_pattern, shuffle, seed, storage_options, **unknown)
 
@@ -207,7 +208,7 @@ class Dataset:
         Checkpoints replay by count: a restore calls ``generator`` again and skips the elements
         already taken, so it must yield the same sequence on every call.
         """
-        from tpudata.dataset.sources.generator import GeneratorDataset
+        GeneratorDataset = registry.lookup("GeneratorDataset")
 
         return GeneratorDataset(generator, output_types, output_shapes, args, output_signature)
 
@@ -219,7 +220,7 @@ class Dataset:
         with its element spec and cardinality. ``element_spec`` (optional) must match the saved
         one; ``reader_func(datasets)`` reads the per-shard datasets another way; ``wait=True``
         waits for a save in progress to complete. Not TensorFlow's snapshot format."""
-        from tpudata.dataset.sources.load import LoadDataset
+        LoadDataset = registry.lookup("LoadDataset")
 
         return LoadDataset(path, element_spec, compression, reader_func, wait,
                            storage_options=storage_options)
@@ -229,7 +230,7 @@ class Dataset:
                              stop_on_empty_dataset: bool = True) -> "Dataset":
         """The next element comes from ``datasets[i]`` for each ``i`` of ``choice_dataset``
         (scalar int64); ends with the choices, or at an exhausted dataset (TF's default)."""
-        from tpudata.dataset.ops.directed import choose_from_datasets
+        choose_from_datasets = registry.lookup("choose_from_datasets")
 
         return choose_from_datasets(datasets, choice_dataset, stop_on_empty_dataset)
 
@@ -240,7 +241,7 @@ class Dataset:
         """Each element from a dataset picked at random with ``weights`` (uniform by default),
         seeded; by default (as in TF) runs until every dataset is exhausted. The picks come from
         numpy's generator, not TF's, so a seed gives a different (equally random) order."""
-        from tpudata.dataset.ops.directed import sample_from_datasets
+        sample_from_datasets = registry.lookup("sample_from_datasets")
 
         return sample_from_datasets(datasets, weights, seed, stop_on_empty_dataset,
                                     rerandomize_each_iteration)
@@ -249,7 +250,7 @@ class Dataset:
     def zip(*args, datasets=None) -> "Dataset":
         """Elements are tuples (or dicts) of the datasets' elements, until the shortest ends:
         ``zip((a, b))``, ``zip(a, b)`` or ``zip(datasets={"x": a, "y": b})`` as in TF."""
-        from tpudata.dataset.ops.zip import ZipDataset
+        ZipDataset = registry.lookup("ZipDataset")
 
         if args and datasets is not None:
             raise TypeError("zip(): give the datasets positionally or as datasets=, not both")
@@ -262,23 +263,23 @@ class Dataset:
     # -- transformations -------------------------------------------------------------------------
     def shard(self, num_shards: int, index: int) -> "Dataset":
         """Keep elements ``i`` with ``i % num_shards == index`` (shard files by host first)."""
-        from tpudata.dataset.ops.shard import ShardDataset
+        ShardDataset = registry.lookup("ShardDataset")
 
         return ShardDataset(self, num_shards, index)
 
     def take(self, count: int) -> "Dataset":
-        from tpudata.dataset.ops.take import TakeDataset
+        TakeDataset = registry.lookup("TakeDataset")
 
         return TakeDataset(self, count)
 
     def skip(self, count: int) -> "Dataset":
-        from tpudata.dataset.ops.take import SkipDataset
+        SkipDataset = registry.lookup("SkipDataset")
 
         return SkipDataset(self, count)
 
     def repeat(self, count: int | None = None) -> "Dataset":
         """Repeat the dataset ``count`` times (forever when None); each epoch reshuffles."""
-        from tpudata.dataset.ops.repeat import RepeatDataset
+        RepeatDataset = registry.lookup("RepeatDataset")
 
         return RepeatDataset(self, count)
 
@@ -294,7 +295,7 @@ class Dataset:
         than the iterator's last N; ``tpudata.dataset.io.spill.remove_spilled(state)`` removes a
         deleted checkpoint's files, ``prune_spilled(spill_url, keep=states)`` any others.
         """
-        from tpudata.dataset.ops.shuffle import ShuffleDataset
+        ShuffleDataset = registry.lookup("ShuffleDataset")
 
         return ShuffleDataset(self, buffer_size, seed, reshuffle_each_iteration,
                               spill_url=spill_url, spill_bytes=spill_bytes, spill_keep=spill_keep)
@@ -313,14 +314,14 @@ class Dataset:
         file per worker at a time, blocks read ahead (per-file Python that holds the GIL;
         ``map_func`` must pickle). Same order and element-exact state.
         """
-        from tpudata.dataset.ops.interleave import InterleaveDataset
+        InterleaveDataset = registry.lookup("InterleaveDataset")
 
         return InterleaveDataset(self, map_func, cycle_length, block_length, num_parallel_calls,
                                  deterministic, use_processes=use_processes)
 
     def flat_map(self, map_func: Callable) -> "Dataset":
         """Concatenate the datasets ``map_func`` returns for each element (called on demand)."""
-        from tpudata.dataset.ops.interleave import InterleaveDataset
+        InterleaveDataset = registry.lookup("InterleaveDataset")
 
         return InterleaveDataset(self, map_func, 1, 1, None, None)
 
@@ -332,32 +333,35 @@ class Dataset:
         The function is called element by element, only for elements the consumer asks for.
         ``num_parallel_calls=N`` (or ``AUTOTUNE``: one per core) runs up to N calls at once on
         threads (for work that releases the GIL: decoding, numpy); ``use_processes=True`` runs
-        them in spawned worker processes instead (Python that holds the GIL; needs picklable,
-        module-level functions; a task is a chunk of up to 8 elements, at most max(64, 32 * N)
-        elements in flight). ``deterministic=False`` yields results as they complete.
+        them in N worker processes instead (forkserver, else spawn; N defaults to one per core)
+        for Python that holds the GIL. The function must pickle: a module-level function, or
+        with cloudpickle installed also a lambda or nested function. A task is a chunk of up to
+        32 elements (about 10 ms of the function's work, at most ~4 MB of outputs), with at most
+        max(192, 32 * N) elements in flight. ``deterministic=False`` yields results as they
+        complete.
         ``output_signature`` (a structure of TensorSpec) declares the output spec (otherwise
         ``element_spec`` traces the function on dummy elements); outputs that disagree raise.
         """
-        from tpudata.dataset.ops.map import MapDataset
+        MapDataset = registry.lookup("MapDataset")
 
         return MapDataset(self, map_func, num_parallel_calls, deterministic,
                           output_signature=output_signature, use_processes=use_processes)
 
     def filter(self, predicate: Callable) -> "Dataset":
         """Keep the elements for which ``predicate`` returns True (called element by element)."""
-        from tpudata.dataset.ops.filter import FilterDataset
+        FilterDataset = registry.lookup("FilterDataset")
 
         return FilterDataset(self, predicate)
 
     def take_while(self, predicate: Callable) -> "Dataset":
         """Elements while ``predicate(element)`` is True; the first False ends the dataset."""
-        from tpudata.dataset.ops.take_while import TakeWhileDataset
+        TakeWhileDataset = registry.lookup("TakeWhileDataset")
 
         return TakeWhileDataset(self, predicate)
 
     def unique(self) -> "Dataset":
         """Each distinct element (integer or bytes scalars) once, in first-seen order."""
-        from tpudata.dataset.ops.unique import UniqueDataset
+        UniqueDataset = registry.lookup("UniqueDataset")
 
         return UniqueDataset(self)
 
@@ -368,7 +372,7 @@ class Dataset:
         >>> int(Dataset.range(5).reduce(np.int64(0), lambda s, x: s + x))
         10
         """
-        from tpudata.dataset.ops.scan import reduce_dataset
+        reduce_dataset = registry.lookup("reduce_dataset")
 
         return reduce_dataset(self, initial_state, reduce_func)
 
@@ -390,7 +394,7 @@ class Dataset:
         Before ``batch`` each element becomes ``{name: value}``; after ``batch`` each batch is
         parsed whole (``tf.io.parse_example``). Either way the parser sees whole blocks.
         """
-        from tpudata.dataset.ops.parse import parse_dataset
+        parse_dataset = registry.lookup("parse_dataset")
 
         return parse_dataset(self, features, num_parallel_calls)
 
@@ -409,26 +413,26 @@ class Dataset:
         real rows, 0.0 for padding. ``num_batches`` additionally pads with all-zero-weight batches
         up to that many (so every host runs the same number of steps).
         """
-        from tpudata.dataset.ops.batch import BatchDataset
+        BatchDataset = registry.lookup("BatchDataset")
 
         return BatchDataset(self, batch_size, drop_remainder, pad_remainder, mask_key, num_batches)
 
     def padded_batch(self, batch_size: int, padded_shapes=None, padding_values=None,
                      drop_remainder: bool = False) -> "Dataset":
         """Batch elements of different shapes, padding each component to a common shape."""
-        from tpudata.dataset.ops.batch import PaddedBatchDataset
+        PaddedBatchDataset = registry.lookup("PaddedBatchDataset")
 
         return PaddedBatchDataset(self, batch_size, padded_shapes, padding_values, drop_remainder)
 
     def unbatch(self) -> "Dataset":
-        from tpudata.dataset.ops.batch import UnbatchDataset
+        UnbatchDataset = registry.lookup("UnbatchDataset")
 
         return UnbatchDataset(self)
 
     def cache(self, filename: str = "", *, url: str | None = None) -> "Dataset":
         """Keep the elements of the first complete pass: in memory (``filename=""``, TF's
         default), or in files under the directory URL ``filename`` (``url=`` is the same)."""
-        from tpudata.dataset.io.cache import CacheDataset
+        CacheDataset = registry.lookup("CacheDataset")
 
         if url is not None and filename:
             raise TypeError("cache(): give filename or url, not both")
@@ -436,7 +440,7 @@ class Dataset:
 
     def prefetch(self, buffer_size: int = 2, max_bytes: int = 256 << 20) -> "Dataset":
         """Produce elements in a background thread, up to ``buffer_size`` elements ahead."""
-        from tpudata.dataset.parallel.prefetch import PrefetchDataset
+        PrefetchDataset = registry.lookup("PrefetchDataset")
 
         return PrefetchDataset(self, buffer_size, max_bytes)
 
@@ -457,7 +461,7 @@ class Dataset:
         """Windows of ``size`` elements, each a Dataset (a structure of them for structured
         elements), starting every ``shift`` (default ``size``) elements, taking every
         ``stride``-th; use ``flat_map`` to turn them back into elements or batches."""
-        from tpudata.dataset.ops.window import WindowDataset
+        WindowDataset = registry.lookup("WindowDataset")
 
         return WindowDataset(self, size, shift, stride, drop_remainder)
 
@@ -466,7 +470,7 @@ class Dataset:
                         window_size_func: Callable | None = None) -> "Dataset":
         """Group elements by ``key_func(element)`` (a scalar integer); each full group (or, at
         the end, each remaining group in key order) becomes ``reduce_func(key, window)``."""
-        from tpudata.dataset.ops.grouping import GroupByWindowDataset
+        GroupByWindowDataset = registry.lookup("GroupByWindowDataset")
 
         return GroupByWindowDataset(self, key_func, reduce_func, window_size, window_size_func)
 
@@ -476,7 +480,7 @@ class Dataset:
                                   drop_remainder: bool = False) -> "Dataset":
         """Batch elements of similar length together: bucket ``k`` holds lengths in
         ``[boundaries[k-1], boundaries[k])`` and is padded-batched by ``bucket_batch_sizes[k]``."""
-        from tpudata.dataset.ops.grouping import bucket_by_sequence_length
+        bucket_by_sequence_length = registry.lookup("bucket_by_sequence_length")
 
         return bucket_by_sequence_length(self, element_length_func, bucket_boundaries,
                                          bucket_batch_sizes, padded_shapes, padding_values,
@@ -485,7 +489,7 @@ class Dataset:
     def rebatch(self, batch_size, drop_remainder: bool = False) -> "Dataset":
         """The rows of batched elements in batches of ``batch_size`` (or of a list of sizes,
         used in turn): ``unbatch().batch(batch_size)`` in one op."""
-        from tpudata.dataset.ops.rebatch import RebatchDataset
+        RebatchDataset = registry.lookup("RebatchDataset")
 
         return RebatchDataset(self, batch_size, drop_remainder)
 
@@ -493,7 +497,7 @@ class Dataset:
         """Drop elements that fail upstream: a ``map`` function that raises drops its element,
         a damaged TFRecord file is read up to the bad record; each skip is logged (file and
         offset). Other errors still raise."""
-        from tpudata.dataset.ops.ignore_errors import IgnoreErrorsDataset
+        IgnoreErrorsDataset = registry.lookup("IgnoreErrorsDataset")
 
         return IgnoreErrorsDataset(self, log_warning)
 
@@ -507,7 +511,7 @@ class Dataset:
         over an earlier one replaces it when complete. A progress bar shows on a terminal
         (``progress=True/False`` forces it). ``checkpoint_args`` (TF's resumable save) raises.
         """
-        from tpudata.dataset.io.save import save
+        save = registry.lookup("save")
 
         save(self, path, compression, shard_func, checkpoint_args, num_shards=num_shards,
              progress=progress, storage_options=storage_options)
@@ -528,13 +532,13 @@ class Dataset:
 
     def enumerate(self, start: int = 0) -> "Dataset":
         """``(index, element)`` pairs; the index is int64 and counts from ``start``."""
-        from tpudata.dataset.ops.enumerate import EnumerateDataset
+        EnumerateDataset = registry.lookup("EnumerateDataset")
 
         return EnumerateDataset(self, start)
 
     def concatenate(self, dataset: "Dataset") -> "Dataset":
         """This dataset's elements, then ``dataset``'s (same structure and dtypes)."""
-        from tpudata.dataset.ops.concatenate import ConcatenateDataset
+        ConcatenateDataset = registry.lookup("ConcatenateDataset")
 
         return ConcatenateDataset(self, dataset)
 
@@ -544,7 +548,7 @@ class Dataset:
         The state is a structure of numpy values (checkpointed with their dtypes); each new
         state keeps the initial state's structure and dtypes.
         """
-        from tpudata.dataset.ops.scan import ScanDataset
+        ScanDataset = registry.lookup("ScanDataset")
 
         return ScanDataset(self, initial_state, scan_func)
 

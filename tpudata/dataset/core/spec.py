@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.nest import flatten, leaf_paths, map_structure, unflatten
 from tpudata.errors import SpecError
 from tpudata.example.parse import VarLenValues
@@ -122,7 +123,7 @@ def element_spec_of(ds):
 def _dummy(spec, fill: int):
     """A value matching ``spec``: zeros (or ``fill``), unknown dimensions ``fill + 1`` long."""
     if isinstance(spec, DatasetSpec):  # a dataset of fill + 1 dummy elements
-        from tpudata.dataset.sources.files import TensorSlicesDataset
+        TensorSlicesDataset = registry.lookup("TensorSlicesDataset")
 
         tree, leaves = flatten(spec.element_spec)
         cols = []

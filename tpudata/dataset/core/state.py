@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from tpudata.dataset.core import registry
 import numpy as np
 
 
@@ -46,11 +47,11 @@ def from_jsonable(obj: Any) -> Any:
         if "__bytes__" in obj:
             return base64.b64decode(obj["__bytes__"])
         if "__window__" in obj:  # a window (a Dataset element) carried by a checkpoint
-            from tpudata.dataset.ops.window import window_from_jsonable
+            window_from_jsonable = registry.lookup("window_from_jsonable")
 
             return window_from_jsonable(from_jsonable(obj["__window__"]))
         if "__saved_shard__" in obj:  # a shard of Dataset.load (reader_func's elements)
-            from tpudata.dataset.sources.load import shard_from_jsonable
+            shard_from_jsonable = registry.lookup("shard_from_jsonable")
 
             return shard_from_jsonable(obj["__saved_shard__"])
         return {k: from_jsonable(v) for k, v in obj.items()}

@@ -20,6 +20,7 @@ import pickle
 import secrets
 import threading
 
+from tpudata.dataset.core import registry
 from tpudata import storage
 from tpudata.dataset.core.base import BlockIterator, Dataset
 from tpudata.dataset.core.block import Block
@@ -256,3 +257,5 @@ class _CursorAsIterator(BlockIterator):
 
     def close(self):
         self.cursor.it.close()
+
+registry.provide(CacheDataset)

@@ -27,6 +27,7 @@ from typing import Callable
 
 import numpy as np
 
+from tpudata.dataset.core import registry
 from tpudata import storage
 from tpudata.dataset.core.nest import flatten, leaf_paths, tree_to_json
 from tpudata.dataset.io.saved_format import (
@@ -202,3 +203,5 @@ def _old_files(path: str, so: dict) -> list[str]:
 
 
 __all__ = ["save"]
+
+registry.provide(save)

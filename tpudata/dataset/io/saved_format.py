@@ -78,9 +78,12 @@ def dtype_from_name(name: str) -> np.dtype:
     try:
         return np.dtype(name)
     except TypeError:
-        import ml_dtypes  # bfloat16 and friends: registered with numpy on import
+        from tpudata._extras import ml_dtypes  # bfloat16 and friends: registered on import
 
-        return np.dtype(getattr(ml_dtypes, name))
+        module = ml_dtypes(f"a saved {name} tensor")
+        if not hasattr(module, name):
+            raise TypeError(f"unknown dtype {name!r} in a saved dataset's element spec") from None
+        return np.dtype(getattr(module, name))
 
 
 def leaf_of(value, declared=None) -> Leaf:

@@ -16,11 +16,85 @@ from __future__ import annotations
 
 import numpy as np
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import INFINITE, UNKNOWN, BlockIterator, Cursor, Dataset
 from tpudata.dataset.core.iterator import BLOCK_WANT
 from tpudata.dataset.core.block import Block, RecordColumn, leaf_concat, leaf_items
-from tpudata.dataset.core.nest import flatten, map_structure, unflatten
+from tpudata.dataset.core.nest import flatten, leaf_paths, map_structure, unflatten
+from tpudata.errors import BatchError
 from tpudata.example.parse import VarLenValues
+
+_SCALARS = (bytes, str, int, float, bool, complex, np.generic)
+
+
+def _item_shape(v):
+    """An element's shape and dtype for the batch check; None: not a tensor (kept as it is)."""
+    if type(v) is np.ndarray:
+        return v.shape, v.dtype
+    if isinstance(v, _SCALARS):
+        return (), None
+    if type(v) is list:  # ragged nested lists that as_column could not stack
+        try:
+            a = np.asarray(v)
+        except ValueError:
+            return None
+        return (a.shape, a.dtype) if a.dtype != object else None
+    return None
+
+
+def _shape_text(shape) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def stack_rows(block: Block, first: int, op: str) -> Block:
+    """``block``'s elements made into one batch's columns, as tf.data stacks them.
+
+    Object columns hold elements that as_column could not stack: bytes and str scalars (a string
+    tensor, kept as it is), per-element objects such as VarLenValues (kept), and arrays of
+    different shapes or dtypes, which tf.data refuses to batch: raise :class:`BatchError` naming
+    the component, the input elements and their shapes. Arrays of one shape and dtype (e.g.
+    string vectors, object arrays that as_column keeps per element) are stacked into one
+    ``[n, ...]`` array. ``first`` is the input element number of the block's first element.
+    """
+    leaves = block.leaves
+    out = None
+    for k, col in enumerate(leaves):
+        if type(col) is not np.ndarray or col.dtype != object or col.ndim != 1 or len(col) < 1:
+            continue
+        items = col.tolist()
+        if all(type(v) is bytes or type(v) is str for v in items):
+            continue  # the common case: a string tensor
+        shapes = [_item_shape(v) for v in items]
+        if any(s is None for s in shapes):
+            continue
+        shape0, dtype0 = shapes[0]
+        for i, (shape, dtype) in enumerate(shapes):
+            if shape != shape0:
+                raise _batch_error(op, block, k, first, i, "shape", _shape_text(shape0),
+                                   _shape_text(shape))
+        if not shape0:
+            continue  # scalars (e.g. Python numbers of several types): kept as before
+        dtypes = {d for _, d in shapes}
+        if len(dtypes) > 1:
+            i = next(i for i, (_, d) in enumerate(shapes) if d != dtype0)
+            raise _batch_error(op, block, k, first, i, "dtype", str(dtype0), str(shapes[i][1]))
+        if out is None:
+            out = list(leaves)
+        out[k] = np.stack([np.asarray(v) for v in items])
+    return block if out is None else Block(block.tree, out, block.n, block.origin)
+
+
+def _batch_error(op: str, block: Block, k: int, first: int, i: int, what: str, a: str,
+                 b: str) -> BatchError:
+    name = leaf_paths(block.tree)[k]
+    where = f"component {k}" + ("" if name == "<element>" else f" ({name!r})")
+    fix = ("pad them to one shape with padded_batch() (or map() each element to one shape; "
+           "elements that are batches of different sizes: unbatch() them first)"
+           if what == "shape" else "cast them to one dtype in a map() before batching")
+    return BatchError(
+        f"{op}: cannot batch tensors with different {what}s in {where}: the batch's first "
+        f"element (input element {first}) has {what} {a} and its element {i} (input element "
+        f"{first + i}) has {what} {b}; {fix}", component=name, index=first + i)
 
 
 def _pad_leaf(col, pad: int):
@@ -135,6 +209,7 @@ class _BatchIterator(BlockIterator):
         limit = self.ds.num_batches
         block = self.cursor.take(B)
         if block is not None:
+            block = stack_rows(block, self.produced * B, f"batch({B})")
             if limit is not None and self.produced >= limit:
                 raise ValueError(
                     f"the input has more than num_batches={limit} batches of {B}; num_batches "
@@ -354,3 +429,5 @@ class _UnbatchIterator(BlockIterator):
 
     def close(self):
         self.input_it.close()
+
+registry.provide(BatchDataset, PaddedBatchDataset, UnbatchDataset)

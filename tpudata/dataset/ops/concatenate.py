@@ -12,6 +12,7 @@ dataset is being read and its position.
 
 from __future__ import annotations
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import INFINITE, UNKNOWN, BlockIterator, Dataset
 from tpudata.dataset.core.common import input_spec
 from tpudata.dataset.core.nest import flatten, unflatten
@@ -107,3 +108,5 @@ class _ConcatenateIterator(BlockIterator):
 
 
 __all__ = ["ConcatenateDataset"]
+
+registry.provide(ConcatenateDataset)

@@ -27,6 +27,7 @@ import secrets
 
 import numpy as np
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import INFINITE, UNKNOWN, BlockIterator, Cursor, Dataset
 from tpudata.dataset.core.block import Block
 from tpudata.dataset.ops.concatenate import _merge_specs
@@ -247,3 +248,5 @@ def sample_from_datasets(datasets, weights=None, seed: int | None = None,
 
 
 __all__ = ["DirectedInterleaveDataset", "choose_from_datasets", "sample_from_datasets"]
+
+registry.provide(choose_from_datasets, sample_from_datasets)

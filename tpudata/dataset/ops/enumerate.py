@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.block import Block
 from tpudata.dataset.core.common import _CursorIterator, _Unary, input_spec
 from tpudata.dataset.core.nest import LEAF, Tree
@@ -56,3 +57,5 @@ class _EnumerateIterator(_CursorIterator):
 
 
 __all__ = ["EnumerateDataset"]
+
+registry.provide(EnumerateDataset)

@@ -13,6 +13,7 @@ from typing import Callable
 
 import numpy as np
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import Dataset
 from tpudata.dataset.core.iterator import BlockIterator, Cursor
 from tpudata.dataset.ops.map import call, function_name
@@ -83,3 +84,5 @@ class _FilterIterator(BlockIterator):
 
 
 __all__ = ["FilterDataset", "PredicateDataset"]
+
+registry.provide(FilterDataset)

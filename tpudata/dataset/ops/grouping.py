@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import BlockIterator, Cursor, Dataset
 from tpudata.dataset.core.block import as_column
 from tpudata.dataset.core.common import _Unary, input_spec
@@ -272,3 +273,5 @@ def _flatten_shapes(shapes):
 
 
 __all__ = ["GroupByWindowDataset", "bucket_by_sequence_length", "window_dataset"]
+
+registry.provide(GroupByWindowDataset, bucket_by_sequence_length)

@@ -13,6 +13,7 @@ file and byte offset for TFRecord files, the op and the error for map). Other er
 
 from __future__ import annotations
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.common import _Unary, input_spec
 
 
@@ -29,3 +30,5 @@ class IgnoreErrorsDataset(_Unary):
 
 
 __all__ = ["IgnoreErrorsDataset"]
+
+registry.provide(IgnoreErrorsDataset)

@@ -26,6 +26,7 @@ import os
 
 import numpy as np
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import BlockIterator, Cursor, Dataset, from_jsonable, jsonable
 from tpudata.dataset.core.block import Block
 from tpudata.dataset.core.iterator import wait_for
@@ -572,3 +573,5 @@ class _InterleaveIterator(BlockIterator):
         if self.pool is not None:
             self.pool.close()
         self.input_it.close()
+
+registry.provide(InterleaveDataset)

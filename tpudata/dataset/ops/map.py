@@ -27,6 +27,7 @@ from typing import Callable
 
 import numpy as np
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import Dataset
 from tpudata.dataset.core.block import Block
 from tpudata.dataset.parallel.executor import ThreadMapper, resolve_parallelism
@@ -267,3 +268,5 @@ class _MapIterator(MapperIterator):
 
 
 __all__ = ["MapDataset", "MapperIterator", "call", "function_name"]
+
+registry.provide(MapDataset)

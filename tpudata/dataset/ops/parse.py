@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import Dataset
 from tpudata.dataset.core.block import Block, RecordColumn
 from tpudata.dataset.core.columns import BytesColumn
@@ -208,3 +209,5 @@ def parse_dataset(input_ds: Dataset, features, num_parallel_calls=None, views: b
 
 
 __all__ = ["ParseDataset", "parse_dataset"]
+
+registry.provide(parse_dataset)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tpudata.dataset.ops.batch import UnbatchDataset, _as_batch_column
+from tpudata.dataset.core import registry
+from tpudata.dataset.ops.batch import UnbatchDataset, _as_batch_column, stack_rows
 from tpudata.dataset.core.block import Block
 from tpudata.dataset.core.common import _CursorIterator, _Unary, input_spec
 from tpudata.dataset.core.nest import flatten, unflatten
@@ -64,8 +65,14 @@ class _RebatchIterator(_CursorIterator):
         block = self.cursor.take(size)
         if block is None or (self.drop_remainder and block.n < size):
             return None
+        # every batch before this one was full: its first row's number follows from the sizes
+        turns, part = divmod(self.produced, len(self.sizes))
+        first = turns * sum(self.sizes) + sum(self.sizes[:part])
+        block = stack_rows(block, first, f"rebatch({size})")
         self.produced += 1
         return Block(block.tree, [_as_batch_column(c) for c in block.leaves], 1)
 
 
 __all__ = ["RebatchDataset"]
+
+registry.provide(RebatchDataset)

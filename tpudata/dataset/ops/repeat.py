@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import INFINITE, BlockIterator
 from tpudata.dataset.core.common import _Unary, input_spec
 
@@ -74,3 +75,5 @@ class _RepeatIterator(BlockIterator):
 
 
 __all__ = ["RepeatDataset"]
+
+registry.provide(RepeatDataset)

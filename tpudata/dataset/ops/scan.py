@@ -22,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.block import Block
 from tpudata.dataset.core.common import _Unary, input_spec
 from tpudata.dataset.core.iterator import BlockIterator, Cursor
@@ -168,3 +169,5 @@ def reduce_dataset(input_ds, initial_state, reduce_func: Callable):
 
 
 __all__ = ["ScanDataset", "reduce_dataset"]
+
+registry.provide(ScanDataset, reduce_dataset)

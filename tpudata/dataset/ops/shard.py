@@ -8,15 +8,32 @@
 from __future__ import annotations
 
 import logging
+import threading
 import warnings
 
 import numpy as np
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.common import _CursorIterator, _Unary, input_spec
 
 logger = logging.getLogger(__name__)
 
 FEW_FILES_PER_HOST = 10
+_warned: set = set()  # the file splits warned about in this process
+_warned_lock = threading.Lock()
+
+
+def _file_list(ds) -> list | None:
+    """The file names that ``ds`` yields when it is a list of files (``list_files``, shuffled
+    or not), else None (e.g. a TFRecordDataset, whose elements are records)."""
+    from tpudata.dataset.sources.files import FileListDataset
+
+    files = getattr(ds, "files", None)
+    if files is None:
+        return None
+    if isinstance(ds, FileListDataset) or getattr(ds, "unseeded_file_shuffle", None) is not None:
+        return list(files)
+    return None
 
 
 class ShardDataset(_Unary):
@@ -32,47 +49,58 @@ class ShardDataset(_Unary):
                 "every process shuffles the files differently, so hosts read overlapping files "
                 "and miss others (tf.data's pitfall too). Pass list_files(..., seed=S) with the "
                 "same S on every host, or shuffle=False", UserWarning, stacklevel=3)
-        files = getattr(input_ds, "files", None)
-        if files is not None:
+        files = _file_list(input_ds)
+        if files is not None and num_shards > 1:
             shuffled = getattr(input_ds, "unseeded_file_shuffle", None) is not None
-            self._warn_few_files(list(files), getattr(input_ds, "storage_options", None) or {},
+            self._warn_few_files(files, getattr(input_ds, "storage_options", None) or {},
                                  shuffled)
 
     def _warn_few_files(self, files: list, storage_options: dict, shuffled: bool) -> None:
-        """Few files per host make shuffling and parallel reads coarse. Where the shards'
-        manifests are there, the warning counts this host's records too (files can differ
-        in size, and records are what a host trains on)."""
+        """A file-level split (``list_files(...).shard(n, k)``) that leaves this host few files
+        makes shuffling and parallel reads coarse. Warned once per process for each split (the
+        torch/JAX bridges build the pipeline again in every worker and epoch); where the shards'
+        manifests are there, it counts this host's records too (files differ in size, and records
+        are what a host trains on). Not called for one shard, nor for a record-level split
+        (``TFRecordDataset(files).shard(n, k)``: every host reads every file)."""
         num_shards, index = self.num_shards, self.index
-        mine = len(range(index, len(files), num_shards))
+        per_host_files = [len(range(k, len(files), num_shards)) for k in range(num_shards)]
+        mine = per_host_files[index]
         if mine >= FEW_FILES_PER_HOST:
             return
+        key = (num_shards, index, shuffled, hash(tuple(files)), len(files))
+        with _warned_lock:
+            if key in _warned:
+                return
+            _warned.add(key)
+        empty = sum(1 for n in per_host_files if n == 0)
+        starved = (f"; {empty} of {num_shards} hosts get no file at all and yield nothing - "
+                   f"shard the records instead (TFRecordDataset(files).shard(n, k)) or write at "
+                   f"least {num_shards} files") if empty else ""
+        advice = (f"with fewer than ~{FEW_FILES_PER_HOST} files per host, shuffling and parallel "
+                  f"reads are coarse - write more, smaller shards")
         counts = None
-        try:
-            from tpudata.shards.manifest import record_counts
+        if mine:
+            try:
+                from tpudata.shards.manifest import record_counts
 
-            counts = record_counts(files, **storage_options)
-        except Exception as exc:  # counting is advice only: never fail shard() for it
-            logger.debug("shard: no record counts for the warning (%s)", exc)
+                counts = record_counts(files, **storage_options)
+            except Exception as exc:  # counting is advice only: never fail shard() for it
+                logger.debug("shard: no record counts for the warning (%s)", exc)
         if counts is None:
-            logger.warning(
-                "shard %d of %d gets %d of %d files; with fewer than ~%d files per host, "
-                "shuffling and parallel reads are coarse - write more, smaller shards",
-                index, num_shards, mine, len(files), FEW_FILES_PER_HOST)
+            logger.warning("shard %d of %d gets %d of %d files; %s%s", index, num_shards, mine,
+                           len(files), advice, starved)
             return
         if shuffled:  # which files a host gets depends on the shuffle: say the average
             logger.warning(
                 "shard %d of %d gets %d of %d files, about %d of %d records (files are "
-                "shuffled first); with fewer than ~%d files per host, shuffling and parallel "
-                "reads are coarse - write more, smaller shards", index, num_shards, mine,
-                len(files), round(sum(counts) * mine / max(len(files), 1)), sum(counts),
-                FEW_FILES_PER_HOST)
+                "shuffled first); %s%s", index, num_shards, mine, len(files),
+                round(sum(counts) * mine / max(len(files), 1)), sum(counts), advice, starved)
             return
         per_host = [sum(counts[i::num_shards]) for i in range(num_shards)]
         logger.warning(
             "shard %d of %d gets %d of %d records (%d of %d files; hosts get %d to %d records); "
-            "with fewer than ~%d files per host, shuffling and parallel reads are coarse - "
-            "write more, smaller shards", index, num_shards, per_host[index], sum(counts), mine,
-            len(files), min(per_host), max(per_host), FEW_FILES_PER_HOST)
+            "%s%s", index, num_shards, per_host[index], sum(counts), mine, len(files),
+            min(per_host), max(per_host), advice, starved)
 
     def _make_iterator(self, ctx):
         it = _ShardIterator(self.input._make_iterator(ctx))
@@ -106,3 +134,5 @@ class _ShardIterator(_CursorIterator):
                 return block.take(idx)
 
 __all__ = ["ShardDataset"]
+
+registry.provide(ShardDataset)

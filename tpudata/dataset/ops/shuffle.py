@@ -23,6 +23,7 @@ import weakref
 
 import numpy as np
 
+from tpudata.dataset.core import registry
 from tpudata import storage
 from tpudata.dataset.core.base import BlockIterator, Cursor, Dataset
 from tpudata.dataset.core.block import LEAF, Block, Origin, RecordColumn, as_column, leaf_nbytes
@@ -503,3 +504,5 @@ def options_for(ds: Dataset, path: str, depth: int = 0) -> dict | None:
             if found is not None:
                 return found
     return None
+
+registry.provide(ShuffleDataset)

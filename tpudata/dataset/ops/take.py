@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import INFINITE, UNKNOWN
 from tpudata.dataset.core.common import _CursorIterator, _Unary, input_spec
 
@@ -77,3 +78,5 @@ class _SkipIterator(_CursorIterator):
 
 
 __all__ = ["SkipDataset", "TakeDataset"]
+
+registry.provide(SkipDataset, TakeDataset)

@@ -10,6 +10,7 @@ False was seen (then the dataset stays ended).
 
 from __future__ import annotations
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import UNKNOWN, Dataset  # noqa: F401 (the doctest above)
 from tpudata.dataset.ops.filter import PredicateDataset, _truth
 from tpudata.dataset.core.iterator import BlockIterator, Cursor
@@ -63,3 +64,5 @@ class _TakeWhileIterator(BlockIterator):
 
 
 __all__ = ["TakeWhileDataset"]
+
+registry.provide(TakeWhileDataset)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import UNKNOWN, Dataset, from_jsonable, jsonable
 from tpudata.dataset.core.iterator import BlockIterator, Cursor
 from tpudata.dataset.core.spec import BYTES, TensorSpec, _static
@@ -76,3 +77,5 @@ class _UniqueIterator(BlockIterator):
 
 
 __all__ = ["UniqueDataset"]
+
+registry.provide(UniqueDataset)

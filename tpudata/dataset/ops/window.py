@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import BlockIterator, Cursor
 from tpudata.dataset.core.block import Block, as_column
 from tpudata.dataset.core.common import _Unary, input_spec
@@ -146,3 +147,5 @@ def _window_block(window: list) -> Block:
 
 
 __all__ = ["WindowDataset", "WindowElements", "window_from_jsonable"]
+
+registry.provide(WindowDataset, window_from_jsonable)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import INFINITE, UNKNOWN, BlockIterator, Cursor, Dataset
 from tpudata.dataset.core.block import Block
 from tpudata.dataset.core.nest import Tree, flatten
@@ -80,3 +81,5 @@ def _graft(tree: Tree, subtrees: list) -> Tree:
 
 
 __all__ = ["ZipDataset"]
+
+registry.provide(ZipDataset)

@@ -12,6 +12,7 @@ import collections
 import logging
 import threading
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import BlockIterator, Dataset
 from tpudata.dataset.core.iterator import BLOCK_WANT, Cursor, wait_for
 
@@ -186,3 +187,5 @@ class PrefetchIterator(BlockIterator):
                 self._close_input_on_exit = True
                 return
         self.input_it.close()
+
+registry.provide(PrefetchDataset)

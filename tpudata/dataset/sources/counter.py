@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import INFINITE, Dataset
 from tpudata.dataset.core.block import Block
 from tpudata.dataset.core.nest import LEAF
@@ -38,3 +39,5 @@ class CounterDataset(Dataset):
 
 
 __all__ = ["CounterDataset"]
+
+registry.provide(CounterDataset)

@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 
+from tpudata.dataset.core import registry
 from tpudata import storage
 from tpudata._keywords import unknown_keyword_error
 from tpudata.dataset.core.base import UNKNOWN, BlockIterator, Dataset
@@ -179,6 +180,17 @@ def _names(filenames) -> list[str]:
     return out
 
 
+def _globbed(names: list[str], storage_options) -> list[str]:
+    """``names`` with each glob (``*``, ``?``, ``[``) replaced by its sorted matches, as
+    :func:`list_files` finds them (one listing; no match raises naming the pattern)."""
+    if not any(storage.has_glob(n) for n in names):
+        return names
+    out: list[str] = []
+    for name in names:
+        out += storage.expand(name, **(storage_options or {})) if storage.has_glob(name) else [name]
+    return out
+
+
 class _FilesIterator(BlockIterator):
     """Reads files one after the other; state is (file index, byte offset of the next element)."""
 
@@ -327,7 +339,9 @@ def TFRecordDataset(filenames, compression_type: str | None = None,
                     storage_options: dict | None = None, **unknown) -> Dataset:
     """Records of TFRecord files (any fsspec URL), like ``tf.data.TFRecordDataset``.
 
-    ``filenames`` is a name, a list of names, or a Dataset of names; ``compression_type`` (or
+    ``filenames`` is a name, a list of names (a glob among them is expanded, sorted, as
+    :func:`list_files` does, leaving out tpudata's ``.idx``/manifest files), or a Dataset of
+    names; ``compression_type`` (or
     ``compression``) is None (detect), "" , "GZIP" or "ZLIB". Files are read (and their CRCs
     checked) in a background thread up to ``read_ahead_bytes`` ahead (0: in the caller's
     thread; local files that one read buffer holds are read in the caller's thread too). ``num_parallel_reads=k``
@@ -354,7 +368,7 @@ def TFRecordDataset(filenames, compression_type: str | None = None,
     if isinstance(filenames, Dataset):
         files_ds = filenames
     else:
-        files = _names(filenames)
+        files = _globbed(_names(filenames), storage_options)
         if not num_parallel_reads or num_parallel_reads == 1 or len(files) == 1:
             return _TFRecordFiles(files, *opts, read_ahead_bytes=read_ahead_bytes)
         files_ds = FileListDataset(files)
@@ -428,7 +442,7 @@ def FixedLengthRecordDataset(filenames, record_bytes: int, header_bytes: int | N
         "compression_type", "num_parallel_reads", "storage_options"))
     opts = (record_bytes, header_bytes or 0, footer_bytes or 0, buffer_size, compression_type,
             storage_options)
-    files = _names(filenames)
+    files = _globbed(_names(filenames), storage_options)
     if not num_parallel_reads or num_parallel_reads == 1 or len(files) == 1:
         return _FixedLengthFiles(files, *opts)
     return _read_in_parallel(files, lambda f: _FixedLengthFiles(_names(f), *opts),
@@ -478,7 +492,7 @@ def TextLineDataset(filenames, compression_type: str | None = None, buffer_size:
     (``num_parallel_reads`` as in :func:`TFRecordDataset`)."""
     storage_options = _storage("TextLineDataset", storage_options, unknown, (
         "filenames", "compression_type", "buffer_size", "num_parallel_reads", "storage_options"))
-    files = _names(filenames)
+    files = _globbed(_names(filenames), storage_options)
     if not num_parallel_reads or num_parallel_reads == 1 or len(files) == 1:
         return _TextLineFiles(files, compression_type, buffer_size, storage_options)
     return _read_in_parallel(
@@ -496,3 +510,5 @@ __all__ = [
     "TextLineDataset",
     "list_files",
 ]
+
+registry.provide(RangeDataset, TensorSlicesDataset, list_files)

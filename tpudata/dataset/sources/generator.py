@@ -24,6 +24,7 @@ from typing import Callable
 
 import numpy as np
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import UNKNOWN, BlockIterator, Dataset
 from tpudata.dataset.core.block import Block
 from tpudata.dataset.ops.map import function_name
@@ -223,3 +224,5 @@ class _GeneratorIterator(BlockIterator):
 
 
 __all__ = ["GeneratorDataset", "as_spec"]
+
+registry.provide(GeneratorDataset)

@@ -25,6 +25,7 @@ import os
 import time
 from typing import Callable
 
+from tpudata.dataset.core import registry
 from tpudata import storage
 from tpudata.dataset.core.base import UNKNOWN, Dataset
 from tpudata.dataset.core.block import Block
@@ -34,7 +35,7 @@ from tpudata.dataset.core.nest import flatten, leaf_paths, tree_from_json, unfla
 from tpudata.dataset.io.saved_format import (
     FORMAT, METADATA, VERSION, Leaf, decode_columns, decode_element,
 )
-from tpudata.errors import SavedDatasetError, SavedDatasetNotFoundError, SpecError
+from tpudata.errors import MissingExtraError, SavedDatasetError, SavedDatasetNotFoundError, SpecError
 from tpudata.tfrecord.compression import normalize_compression
 
 logger = logging.getLogger(__name__)
@@ -71,6 +72,8 @@ def read_metadata(path: str, storage_options: dict) -> dict:
             s["records"] = int(s["records"])
             if "/" in s["file"]:
                 raise ValueError(f"shard name {s['file']!r} is not a file name")
+    except MissingExtraError:
+        raise  # a dtype that needs an optional package (bfloat16): the save is fine
     except (ValueError, KeyError, TypeError, AttributeError, ImportError) as exc:
         raise SavedDatasetError(
             f"{url} is damaged or not a tpudata save ({type(exc).__name__}: {exc}); save the "
@@ -251,3 +254,5 @@ def _empty(leaf: Leaf):
 
 
 __all__ = ["LoadDataset", "read_metadata"]
+
+registry.provide(LoadDataset, shard_from_jsonable)

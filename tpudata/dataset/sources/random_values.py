@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import INFINITE, BlockIterator, Dataset
 from tpudata.dataset.core.block import Block
 from tpudata.dataset.core.nest import LEAF
@@ -65,3 +66,5 @@ class _RandomIterator(BlockIterator):
 
 
 __all__ = ["RandomDataset"]
+
+registry.provide(RandomDataset)

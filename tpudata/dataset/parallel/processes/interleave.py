@@ -58,9 +58,15 @@ class SubDatasetServer:
     ``(block or None at the end, state after it)``; ``("close", sid)``.
     """
 
+    sent_by = "interleave(..., use_processes=True)"  # for the NotPicklableError
+
     def __init__(self, fn: Callable):
         self.fn = fn
         self.open: dict = {}
+
+    @property
+    def __wrapped__(self):  # the user's function (what errors name)
+        return self.fn
 
     def __call__(self, request: tuple):
         kind, sid = request[0], request[1]

@@ -92,6 +92,12 @@ class ChunkApply:
         name = getattr(fn, "__qualname__", None) or f"a {type(fn).__qualname__} object"
         self.__qualname__ = f"{name} (over chunks)"
 
+    sent_by = "map(..., use_processes=True)"  # for the NotPicklableError
+
+    @property
+    def __wrapped__(self):  # the user's function (what errors name)
+        return self.fn
+
     def __call__(self, chunk):
         start = time.perf_counter()
         trees, rows, failed, error = [], [], [], None

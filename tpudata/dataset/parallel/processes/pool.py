@@ -106,7 +106,7 @@ class ProcessMapper:
         self._seconds_per_element: float | None = None  # fn's cost, measured by the workers
         self._deterministic = bool(deterministic)
         self._start_method = _start_method(start_method)
-        fn_bytes = _dumps_fn(fn)
+        fn_bytes = _dumps_fn(fn, getattr(fn, "sent_by", None))  # NotPicklableError names fn
         # results are copied into fresh memory: keep it mapped (not the arena limit: a trainer's threads)
         _accel.ensure_allocator_tuned(arena_max=None)
         self._lock = threading.Lock()

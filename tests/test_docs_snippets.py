@@ -1,0 +1,165 @@
+"""Every ```python block of README.md and docs/*.md runs under test, or says why it cannot.
+
+``SNIPPETS`` decides, for each block (by file, the start of the heading above it, and its index
+under that heading), one of:
+
+- ``RUN``: a test in this file executes the block as written (``gs://bucket`` is a fake GCS
+  server here; names the text says come from elsewhere are given by the test, and named there);
+- ``elsewhere(test file)``: another test file executes it (checked to read that block);
+- ``not_runnable(reason)``: not a whole program, with the reason.
+
+A new block that nobody decided on fails :func:`test_every_block_is_run_or_marked`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+from fake_gcs.pytest_plugin import fake_gcs_server  # noqa: F401 - the fixture
+from tests.readme import ROOT, markdown_files, python_blocks
+
+RUN = "run here"
+
+
+def elsewhere(test_file: str) -> str:
+    return "elsewhere: " + test_file
+
+
+def not_runnable(reason: str) -> str:
+    return "not runnable: " + reason
+
+
+SNIPPETS = {
+    ("README.md", "Write and read TFRecord files", 0): RUN,  # test_tour_snippets
+    ("README.md", "Parse whole batches into numpy", 0): RUN,  # test_tour_snippets
+    ("README.md", "Input pipelines", 0): RUN,  # test_input_fn_and_executor_snippets
+    ("README.md", "Saving a dataset", 0): RUN,  # test_saving_snippet
+    ("README.md", "Image preprocessing", 0): not_runnable(
+        "tf.data and tpudata side by side in two columns, not one program; the tpudata column's "
+        "ops are tested in tests/image/"),
+    ("README.md", "Building shards", 0): not_runnable(
+        "the shape of a call with the reader's own `items` and `encoder` (1024 shards); "
+        "build_shards is tested in tests/test_shards.py"),
+    ("README.md", 'A "TPU" executor', 0): RUN,  # test_input_fn_and_executor_snippets
+    ("README.md", 'A "TPU" executor', 1): RUN,  # test_input_fn_and_executor_snippets (JAX)
+    ("README.md", "TensorBoard", 0): not_runnable(
+        "a fragment of a model_fn (it ends in `return`); its host_fn runs in "
+        "tests/tpu/test_summaries.py::test_the_readme_host_call"),
+    ("README.md", "Random access", 0): not_runnable(
+        "reads record 123,456 of the Tour's data/train-*, which holds 1,000; TFRecordSource is "
+        "tested in tests/source/"),
+    ("README.md", "PyTorch", 0): elsewhere("tests/torch/test_readme_torch.py"),
+    ("README.md", "PyTorch", 1): elsewhere("tests/torch/test_readme_torch.py"),
+    ("README.md", "JAX:", 0): elsewhere("tests/jax/test_readme_jax.py"),
+}
+
+
+def _decision(path: str, heading: str, n: int) -> list:
+    return [key for key in SNIPPETS if key[0] == path and heading.startswith(key[1]) and key[2] == n]
+
+
+def test_every_block_is_run_or_marked():
+    found = [(path, heading, n) for path in markdown_files() for heading, n, _ in python_blocks(path)]
+    undecided = [b for b in found if len(_decision(*b)) != 1]
+    assert not undecided, f"add these ```python blocks to SNIPPETS (run them or say why not): {undecided}"
+    used = {_decision(*b)[0] for b in found}
+    assert used == set(SNIPPETS), f"SNIPPETS entries without a block: {set(SNIPPETS) - used}"
+    for key, decision in SNIPPETS.items():
+        if decision.startswith("elsewhere: "):  # that test reads the block by its heading
+            test_file = decision.split(": ", 1)[1]
+            source = open(os.path.join(ROOT, test_file), encoding="utf-8").read()
+            assert f'code_blocks("{key[1].rstrip(":")}")' in source, (key, test_file)
+        else:
+            assert decision == RUN or decision.startswith("not runnable: ") and len(decision) > 30
+
+
+def block(heading: str, n: int = 0, path: str = "README.md") -> str:
+    (code,) = [c for h, i, c in python_blocks(path) if h.startswith(heading) and i == n]
+    assert SNIPPETS[(path, heading, n)] == RUN
+    return code
+
+
+def run(heading: str, namespace: dict, n: int = 0) -> dict:
+    exec(compile(block(heading, n), f"README.md[{heading} #{n}]", "exec"), namespace)
+    return namespace
+
+
+# -- the Tour ----------------------------------------------------------------------------------------
+def test_tour_snippets(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the Tour writes data/train-00000-of-00001
+    ns = run("Write and read TFRecord files", {})
+    assert sorted(ns["features"]) == ["image/encoded", "label", "x"]
+    run("Parse whole batches into numpy", ns)
+    assert ns["batch"]["x"].dtype == np.float32 and ns["batch"]["x"].shape[1:] == (16,)
+    assert ns["batch"]["label"].dtype == np.int64
+
+
+# -- gs://bucket: a fake GCS server ------------------------------------------------------------------
+@pytest.fixture
+def bucket(fake_gcs_server):  # noqa: F811 - the fixture imported above
+    import tpudata
+    from tpudata import storage
+
+    storage.gcs_filesystem().mkdir("bucket")
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 10))
+    for split, n, shards in (("train", 2000, 20), ("validation", 200, 10)):
+        x = rng.standard_normal((n, 64)).astype(np.float32)
+        y = (x @ w).argmax(1)
+        tpudata.write_shards([tpudata.encode_example({"x": x[i], "label": int(y[i])}) for i in range(n)],
+                             "gs://bucket/data", split, num_shards=shards, progress=False)
+    return "gs://bucket"
+
+
+def test_saving_snippet(bucket):
+    ns = run("Saving a dataset", {})
+    assert [e["id"] for e in ns["restored"]] == list(range(1000))
+
+
+def eval_input_fn(params):
+    """The executor snippet's eval_input_fn (the text leaves it to the reader): an exact epoch."""
+    from tpudata import Dataset, FixedLenFeature, TFRecordDataset
+
+    spec = {"x": FixedLenFeature([64], np.float32), "label": FixedLenFeature([], np.int64)}
+    ctx = params["context"]
+    files = Dataset.list_files("gs://bucket/data/validation-*", shuffle=False)
+    return (files.shard(ctx.num_hosts, ctx.current_host).interleave(TFRecordDataset).parse(spec)
+            .batch(params["batch_size"], pad_remainder=True)
+            .map(lambda f: ({"x": f["x"], "weight": f["weight"]}, f["label"])))
+
+
+def test_input_fn_and_executor_snippets(bucket):
+    """The Input pipelines input_fn trains the executor section's model_fns: numpy, then JAX
+    (from the numpy run's checkpoint: the same variables and slots)."""
+    from tpudata import tpu
+
+    ns = run("Input pipelines", {"eval_input_fn": eval_input_fn})
+    run('A "TPU" executor', ns)  # trains to step 1000, evaluates
+    est = ns["est"]
+    assert est.global_step == 1000 and est.latest_checkpoint() == "model.ckpt-00001000.npz"
+    result = est.evaluate(eval_input_fn)
+    assert result["examples"] == 200 and result["accuracy"] > 0.8
+
+    # the README's input_fn on two hosts: each reads its half of the files (params["context"])
+    two_hosts = tpu.RunConfig(tpu_config=tpu.TPUConfig(iterations_per_loop=2, num_shards=8, num_hosts=2))
+    seen = []
+
+    def recording(params):
+        seen.append(params["context"].current_input_fn_deployment())
+        return ns["input_fn"](params)
+
+    tpu.TPUEstimator(ns["model_fn"], two_hosts, train_batch_size=128).train(recording, steps=4)
+    assert [(d[1], d[2], d[3]) for d in seen] == [(0, 2, 4), (1, 2, 4)]
+
+    if importlib.util.find_spec("jax") is None:
+        return
+    run('A "TPU" executor', ns, 1)  # the JAX model_fn, same config (and model_dir)
+    est = ns["est"]
+    assert est.backend == "jax"
+    est.train(ns["input_fn"], steps=20)  # resumes from the numpy run's checkpoint
+    assert est.global_step == 1020
+    assert est.evaluate(eval_input_fn)["accuracy"] > 0.8

@@ -1,0 +1,213 @@
+"""What listings taught about objects, and reads pinned to one object generation (gs://).
+
+A listing (one paged request per prefix) returns every matched object's size and generation.
+:class:`ObjectTable` keeps them, so opening, sizing and probing the listed objects afterwards
+costs no metadata request: 1,024 shards open with one listing, not 1,024 round trips. Entries
+are replaced by each new listing of their prefix and dropped by tpudata's own writes, moves and
+removals of the object.
+
+:class:`PinnedObject` reads one object with ranged GETs pinned to the generation the listing (or
+one metadata request) saw, so a file is never read as a mix of two generations: when the object
+changes after it was listed, reading it raises :class:`~tpudata.errors.StorageError` naming the
+object and both generations (list again to read the new one).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import threading
+from collections import OrderedDict
+from typing import NamedTuple
+
+from tpudata.errors import StorageError
+
+logger = logging.getLogger(__name__)
+
+MAX_ENTRIES = 1 << 20  # objects remembered per process (~200 bytes each)
+MAX_PREFIXES = 4096  # complete listings remembered (for "is there an index file?" answers)
+
+
+class ObjectInfo(NamedTuple):
+    """An object's size in bytes and its generation (None where the store has none)."""
+
+    size: int
+    generation: str | None
+
+
+class ObjectTable:
+    """A bounded, thread-safe map ``key -> ObjectInfo`` filled by listings.
+
+    A key is ``(endpoint, path)``: the same bucket on two servers (a test's fake GCS and
+    another's) never shares entries. ``covers(key)`` says whether a complete listing of a prefix
+    that holds ``key`` was recorded, so that a missing entry means "no such object".
+    """
+
+    def __init__(self, max_entries: int = MAX_ENTRIES, max_prefixes: int = MAX_PREFIXES):
+        self._lock = threading.Lock()
+        self._objects: OrderedDict[tuple, ObjectInfo] = OrderedDict()
+        self._prefixes: OrderedDict[tuple, None] = OrderedDict()
+        self.max_entries = max_entries
+        self.max_prefixes = max_prefixes
+
+    def record_listing(self, endpoint: str, prefix: str, infos: dict[str, ObjectInfo]) -> None:
+        """Remember a complete listing of every object whose path starts with ``prefix``."""
+        with self._lock:
+            stale = [k for k in self._objects if k[0] == endpoint and k[1].startswith(prefix)
+                     and k[1] not in infos] if len(self._objects) < 65536 else []
+            for k in stale:
+                del self._objects[k]
+            for path, info in infos.items():
+                key = (endpoint, path)
+                self._objects[key] = info
+                self._objects.move_to_end(key)
+            while len(self._objects) > self.max_entries:
+                self._objects.popitem(last=False)
+            if len(infos) <= self.max_entries:
+                self._prefixes[(endpoint, prefix)] = None
+                self._prefixes.move_to_end((endpoint, prefix))
+                while len(self._prefixes) > self.max_prefixes:
+                    self._prefixes.popitem(last=False)
+
+    def remember(self, endpoint: str, path: str, info: ObjectInfo) -> None:
+        with self._lock:
+            self._objects[(endpoint, path)] = info
+            while len(self._objects) > self.max_entries:
+                self._objects.popitem(last=False)
+
+    def get(self, endpoint: str, path: str) -> ObjectInfo | None:
+        with self._lock:
+            return self._objects.get((endpoint, path))
+
+    def covers(self, endpoint: str, path: str) -> bool:
+        """Whether a recorded complete listing includes ``path``'s prefix."""
+        with self._lock:
+            return any(e == endpoint and path.startswith(p) for e, p in self._prefixes)
+
+    def forget(self, endpoint: str, path: str) -> None:
+        """Drop what is known of ``path`` (tpudata wrote, moved or removed it)."""
+        with self._lock:
+            self._objects.pop((endpoint, path), None)
+            for key in [k for k in self._prefixes if k[0] == endpoint and path.startswith(k[1])]:
+                del self._prefixes[key]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._objects.clear()
+            self._prefixes.clear()
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+
+TABLE = ObjectTable()
+
+
+def endpoint_of(fs) -> str:
+    """The server a filesystem talks to (gcsfs: its endpoint URL), part of every table key."""
+    return str(getattr(fs, "_location", None) or getattr(fs, "protocol", "") or type(fs).__name__)
+
+
+def info_of(entry: dict) -> ObjectInfo:
+    """An :class:`ObjectInfo` from an fsspec/gcsfs info dict."""
+    generation = entry.get("generation")
+    return ObjectInfo(int(entry.get("size") or 0), str(generation) if generation else None)
+
+
+def _not_found(exc: BaseException) -> bool:
+    if isinstance(exc, FileNotFoundError):
+        return True
+    return getattr(exc, "code", None) == 404 or getattr(exc, "status", None) == 404
+
+
+class PinnedObject(io.RawIOBase):
+    """A read-only file over one GCS object generation, read with ranged GETs.
+
+    ``info`` is what a listing said (size and generation); without it the object is asked for
+    once. Each ``readinto`` is one ranged GET of at most the buffer's size, pinned to the
+    generation (``?generation=``). Supports ``seek``/``tell``, ``size`` and ``generation``.
+    """
+
+    def __init__(self, fs, path: str, url: str, info: ObjectInfo | None = None):
+        super().__init__()
+        self.fs = fs
+        self.path = path
+        self.url = url
+        self._pos = 0
+        self._read_any = False
+        if info is None:
+            info = self._ask()
+        self.size = info.size
+        self.generation = info.generation
+
+    def _ask(self) -> ObjectInfo:
+        invalidate = getattr(self.fs, "invalidate_cache", None)
+        if invalidate is not None:
+            invalidate(self.path)
+        info = info_of(self.fs.info(self.path))
+        TABLE.remember(endpoint_of(self.fs), self.path, info)
+        return info
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self.size}[whence]
+        if base + offset < 0:
+            raise ValueError(f"negative seek position {base + offset} in {self.url}")
+        self._pos = base + offset
+        return self._pos
+
+    def _fetch(self, start: int, end: int) -> bytes:
+        kwargs = {"generation": self.generation} if self.generation else {}
+        return self.fs.cat_file(self.path, start=start, end=end, **kwargs)
+
+    def readall(self) -> bytes:
+        """The rest of the object in one ranged GET (not ``io``'s 8 KiB reads)."""
+        out = bytearray(max(0, self.size - self._pos))
+        got = self.readinto(out) if out else 0
+        return bytes(out[:got])
+
+    def readinto(self, buffer) -> int:
+        mv = memoryview(buffer).cast("B")
+        n = min(len(mv), self.size - self._pos)
+        if n <= 0:
+            return 0
+        try:
+            data = self._fetch(self._pos, self._pos + n)
+        except Exception as exc:
+            if not (self.generation and _not_found(exc)):
+                raise
+            old = self.generation
+            try:
+                now = self._ask()
+            except FileNotFoundError:
+                raise StorageError(
+                    f"{self.url} was deleted while it was read (generation {old}, at byte "
+                    f"{self._pos}): list the files again and restart the epoch", url=self.url) from exc
+            if now.generation == old:
+                raise
+            when = (f"while it was read (read up to byte {self._pos})" if self._read_any else
+                    "since it was listed")
+            raise StorageError(
+                f"{self.url} changed {when}: generation {old} ({self.size} bytes) is now "
+                f"generation {now.generation} ({now.size} bytes); list the files again (restart "
+                f"the epoch or the pipeline) to read the new one", url=self.url) from exc
+        got = len(data)
+        mv[:got] = data
+        self._pos += got
+        self._read_any = True
+        if got < n:
+            raise StorageError(
+                f"{self.url} (generation {self.generation}) returned {got} of {n} bytes at byte "
+                f"{self._pos - got}: it is shorter than the {self.size} bytes listed", url=self.url)
+        return got
+
+
+__all__ = ["ObjectInfo", "ObjectTable", "PinnedObject", "TABLE", "endpoint_of", "info_of"]
