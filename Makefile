@@ -17,7 +17,7 @@ PIP := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip instal
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) -q --upgrade pip
+	$(PIP) -q --upgrade pip 'setuptools>=77'  # the build-system's setuptools (tests read the metadata with it)
 
 # (Re)install whenever the packaging or the C accelerator changes. Each target has its own
 # stamp, and either works after the other in the same venv: `make test` installs the [test]

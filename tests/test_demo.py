@@ -85,7 +85,7 @@ def test_the_demo_extra_is_what_the_demo_imports_and_the_metadata_builds_quietly
     # install printed
     assert project["project"]["license"] == "Apache-2.0"
     assert project["build-system"]["requires"][0] == "setuptools>=77"
-    pytest.importorskip("setuptools")
+    pytest.importorskip("setuptools", minversion="77")  # the build-system requirement
     from setuptools.config.pyprojecttoml import apply_configuration
     from setuptools.dist import Distribution
 
