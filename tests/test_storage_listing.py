@@ -192,3 +192,14 @@ def test_tfrecord_dataset_expands_a_glob(tmp_path):
         b"1", b"2"]
     with pytest.raises(StorageError, match="no files match"):
         tpudata.TFRecordDataset(str(tmp_path / "nothing-*"))
+
+
+def test_writing_beside_listed_shards_keeps_the_others_known(server):
+    _upload({f"beside/s{i}": _shard_bytes([b"%d" % i]) for i in range(4)})
+    files = storage.glob(f"gs://{BUCKET}/beside/s*")
+    assert not storage.listed_exists(files[0] + ".idx")  # the listing saw none: no request
+    tpudata.build_index(files[0], files[0] + ".idx")  # tpudata writes under the listed prefix
+    server.reset_stats()
+    assert list(tpudata.read_records(files[1:])) == [b"1", b"2", b"3"]
+    assert _requests(server).get("metadata", 0) == 0
+    assert storage.listed_exists(files[0] + ".idx")  # written since the listing: asked afresh

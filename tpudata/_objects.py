@@ -25,7 +25,7 @@ from tpudata.errors import StorageError
 logger = logging.getLogger(__name__)
 
 MAX_ENTRIES = 1 << 20  # objects remembered per process (~200 bytes each)
-MAX_PREFIXES = 4096  # complete listings remembered (for "is there an index file?" answers)
+MAX_LISTINGS = 64  # complete listings kept (each answers "is there an index file?" for its prefix)
 
 
 class ObjectInfo(NamedTuple):
@@ -36,68 +36,86 @@ class ObjectInfo(NamedTuple):
 
 
 class ObjectTable:
-    """A bounded, thread-safe map ``key -> ObjectInfo`` filled by listings.
+    """What complete listings (and single metadata requests) said of objects; thread-safe.
 
-    A key is ``(endpoint, path)``: the same bucket on two servers (a test's fake GCS and
-    another's) never shares entries. ``covers(key)`` says whether a complete listing of a prefix
-    that holds ``key`` was recorded, so that a missing entry means "no such object".
+    Keys are ``(endpoint, path)``: the same bucket on two servers (a test's fake GCS and
+    another's) never shares entries. A listing is kept whole under its ``(endpoint, prefix)``:
+    the next listing of that prefix replaces it, so an object deleted since is gone with it, and
+    a path a listing covers but does not hold is known not to exist (:meth:`known_absent`). The
+    oldest listings are dropped past ``max_listings`` or ``max_entries`` objects in all.
     """
 
-    def __init__(self, max_entries: int = MAX_ENTRIES, max_prefixes: int = MAX_PREFIXES):
+    def __init__(self, max_entries: int = MAX_ENTRIES, max_listings: int = MAX_LISTINGS):
         self._lock = threading.Lock()
-        self._objects: OrderedDict[tuple, ObjectInfo] = OrderedDict()
-        self._prefixes: OrderedDict[tuple, None] = OrderedDict()
+        self._listings: OrderedDict[tuple[str, str], dict[str, ObjectInfo]] = OrderedDict()
+        # asked one by one; None: changed by tpudata since it was listed (ask again)
+        self._single: OrderedDict[tuple[str, str], ObjectInfo | None] = OrderedDict()
+        self._entries = 0  # objects in all listings
         self.max_entries = max_entries
-        self.max_prefixes = max_prefixes
+        self.max_listings = max_listings
+
+    def _covering(self, endpoint: str, path: str) -> list[tuple[str, str]]:
+        """The listings that hold ``path``'s prefix, newest first."""
+        return [k for k in reversed(self._listings) if k[0] == endpoint and path.startswith(k[1])]
 
     def record_listing(self, endpoint: str, prefix: str, infos: dict[str, ObjectInfo]) -> None:
         """Remember a complete listing of every object whose path starts with ``prefix``."""
         with self._lock:
-            stale = [k for k in self._objects if k[0] == endpoint and k[1].startswith(prefix)
-                     and k[1] not in infos] if len(self._objects) < 65536 else []
-            for k in stale:
-                del self._objects[k]
-            for path, info in infos.items():
-                key = (endpoint, path)
-                self._objects[key] = info
-                self._objects.move_to_end(key)
-            while len(self._objects) > self.max_entries:
-                self._objects.popitem(last=False)
-            if len(infos) <= self.max_entries:
-                self._prefixes[(endpoint, prefix)] = None
-                self._prefixes.move_to_end((endpoint, prefix))
-                while len(self._prefixes) > self.max_prefixes:
-                    self._prefixes.popitem(last=False)
+            old = self._listings.pop((endpoint, prefix), None)
+            self._entries -= len(old or ())
+            for key in [k for k in self._single if k[0] == endpoint and k[1].startswith(prefix)]:
+                del self._single[key]
+            if len(infos) > self.max_entries:
+                return
+            self._listings[(endpoint, prefix)] = dict(infos)
+            self._entries += len(infos)
+            while len(self._listings) > self.max_listings or self._entries > self.max_entries:
+                self._entries -= len(self._listings.popitem(last=False)[1])
 
     def remember(self, endpoint: str, path: str, info: ObjectInfo) -> None:
+        """What one metadata request said of ``path``."""
         with self._lock:
-            self._objects[(endpoint, path)] = info
-            while len(self._objects) > self.max_entries:
-                self._objects.popitem(last=False)
+            self._set_single((endpoint, path), info)
 
     def get(self, endpoint: str, path: str) -> ObjectInfo | None:
         with self._lock:
-            return self._objects.get((endpoint, path))
+            if (endpoint, path) in self._single:
+                return self._single[(endpoint, path)]
+            covering = self._covering(endpoint, path)
+            return self._listings[covering[0]].get(path) if covering else None
 
-    def covers(self, endpoint: str, path: str) -> bool:
-        """Whether a recorded complete listing includes ``path``'s prefix."""
+    def known_absent(self, endpoint: str, path: str) -> bool:
+        """Whether the newest listing that covers ``path`` saw no such object (and tpudata has
+        not written it since)."""
         with self._lock:
-            return any(e == endpoint and path.startswith(p) for e, p in self._prefixes)
+            if (endpoint, path) in self._single:
+                return False
+            covering = self._covering(endpoint, path)
+            return bool(covering) and path not in self._listings[covering[0]]
 
     def forget(self, endpoint: str, path: str) -> None:
-        """Drop what is known of ``path`` (tpudata wrote, moved or removed it)."""
+        """tpudata wrote, moved or removed ``path``: what listings said of it no longer holds,
+        and the next :meth:`get` asks (the rest of their objects stay known)."""
         with self._lock:
-            self._objects.pop((endpoint, path), None)
-            for key in [k for k in self._prefixes if k[0] == endpoint and path.startswith(k[1])]:
-                del self._prefixes[key]
+            for key in self._covering(endpoint, path):
+                if self._listings[key].pop(path, None) is not None:
+                    self._entries -= 1
+            self._set_single((endpoint, path), None)
+
+    def _set_single(self, key: tuple[str, str], info: ObjectInfo | None) -> None:
+        self._single[key] = info
+        self._single.move_to_end(key)
+        while len(self._single) > self.max_entries:
+            self._single.popitem(last=False)
 
     def clear(self) -> None:
         with self._lock:
-            self._objects.clear()
-            self._prefixes.clear()
+            self._listings.clear()
+            self._single.clear()
+            self._entries = 0
 
     def __len__(self) -> int:
-        return len(self._objects)
+        return self._entries + len(self._single)
 
 
 TABLE = ObjectTable()

@@ -171,12 +171,16 @@ def join(base: str, *names: str) -> str:
     return out
 
 
+def _glob_start(pattern: str) -> int:
+    """Where the first glob character of ``pattern`` is (its length when there is none)."""
+    return min((pattern.index(c) for c in _GLOB_CHARS if c in pattern), default=len(pattern))
+
+
 def _full_url(fs, path: str, pattern: str) -> str:
     """``path`` (as the filesystem returns it) spelled like ``pattern``'s URL."""
     if is_local(pattern):
         return path
-    cut = min((pattern.index(c) for c in _GLOB_CHARS if c in pattern), default=len(pattern))
-    head = pattern[: pattern.rfind("/", 0, cut) + 1]
+    head = pattern[: pattern.rfind("/", 0, _glob_start(pattern)) + 1]
     fs_head = fs._strip_protocol(head).rstrip("/")
     if "://" in head and head.index("://") + 3 < len(head) and path.startswith(fs_head + "/"):
         return head.rstrip("/") + path[len(fs_head) :]
@@ -248,7 +252,7 @@ def listed_exists(url: str, **storage_options) -> bool:
         endpoint = _objects.endpoint_of(fs)
         if _objects.TABLE.get(endpoint, path) is not None:
             return True
-        if _objects.TABLE.covers(endpoint, path):
+        if _objects.TABLE.known_absent(endpoint, path):
             return False
     return exists(url, **storage_options)
 
@@ -333,8 +337,7 @@ def glob(pattern: str, include_side_files: bool = False, **storage_options) -> l
         listed = fs.glob(path, detail=True)
     found = [p for p, entry in listed.items() if entry.get("type", "file") != "directory"]
     if _is_gcs(pattern):
-        cut = min((path.index(c) for c in _GLOB_CHARS if c in path), default=len(path))
-        _objects.TABLE.record_listing(_objects.endpoint_of(fs), path[:cut],
+        _objects.TABLE.record_listing(_objects.endpoint_of(fs), path[:_glob_start(path)],
                                       {p: _objects.info_of(listed[p]) for p in found})
     if not include_side_files:
         found = _without_side_files(found, pattern)
@@ -380,7 +383,7 @@ def expand(patterns: str | Iterable[str], **storage_options) -> list[str]:
             if not matches:
                 raise StorageError(f"no files match {pattern!r}", url=pattern)
             out.extend(matches)
-        elif exists(pattern, **storage_options):
+        elif listed_exists(pattern, **storage_options):  # no request for a listed object
             out.append(pattern)
         else:
             if _is_gcs(pattern):

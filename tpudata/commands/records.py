@@ -26,10 +26,6 @@ def _common(p) -> None:
                    help="default: detected from the data")
 
 
-# files a shard directory holds beside its TFRecords: build manifests and journals, index files
-_SIDECARS = storage.SIDE_FILE_SUFFIXES
-
-
 def _files(args) -> list[str]:
     """Files named by the arguments. Globs skip tpudata's sidecars (manifests, build journals,
     index files); one whose ending asks for them (``*.json``) has them skipped here with a note;
@@ -38,8 +34,8 @@ def _files(args) -> list[str]:
     for pattern in args.paths:
         found = storage.expand(pattern)
         if storage.has_glob(pattern):
-            skipped += [f for f in found if f.endswith(_SIDECARS)]
-            found = [f for f in found if not f.endswith(_SIDECARS)]
+            skipped += [f for f in found if storage.is_side_file(f)]
+            found = [f for f in found if not storage.is_side_file(f)]
             if not found:
                 raise StorageError(f"{pattern!r} matches only manifests/index files, no TFRecord file")
         out.extend(found)
