@@ -442,26 +442,40 @@ static PyObject *py_read_files(PyObject *self, PyObject *args) {
     Py_ssize_t max_size, max_records;
     int verify;
     if (!PyArg_ParseTuple(args, "Onnp", &seq, &max_size, &max_records, &verify)) return NULL;
-    PyObject *fast = PySequence_Fast(seq, "read_files: paths must be a sequence");
-    if (!fast) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast), i;
+    /* A tuple of our own: the paths stay alive while the GIL is released even if the caller's
+     * list changes meanwhile (PySequence_Fast would hand back the list itself). */
+    PyObject *fast = PySequence_Tuple(seq);
+    if (!fast) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError, "read_files: paths must be a sequence of bytes");
+        }
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(fast), i;
     file_job *jobs = PyMem_Calloc(n ? n : 1, sizeof(file_job));
     PyObject *result = NULL;
     if (!jobs) {
         Py_DECREF(fast);
         return PyErr_NoMemory();
     }
+    /* Every fd is -1 before anything can fail: the cleanup below closes only what was opened
+     * (calloc's 0 would otherwise close the caller's stdin). */
+    for (i = 0; i < n; i++) jobs[i].fd = -1;
     for (i = 0; i < n; i++) {
-        PyObject *p = PySequence_Fast_GET_ITEM(fast, i);
-        jobs[i].fd = -1;
+        PyObject *p = PyTuple_GET_ITEM(fast, i);
         if (!PyBytes_Check(p)) {
-            PyErr_SetString(PyExc_TypeError, "read_files: paths must be bytes");
+            PyErr_Format(PyExc_TypeError, "read_files: paths must be bytes (os.fsencode(path)), "
+                         "item %zd is %.100s", i, Py_TYPE(p)->tp_name);
             goto done;
         }
-        jobs[i].path = PyBytes_AS_STRING(p);
+        /* an embedded NUL: no such file (None; the general path reports the error) */
+        jobs[i].path = strlen(PyBytes_AS_STRING(p)) == (size_t)PyBytes_GET_SIZE(p)
+                           ? PyBytes_AS_STRING(p) : NULL;
     }
     Py_BEGIN_ALLOW_THREADS for (i = 0; i < n; i++) {
         file_job *j = &jobs[i];
+        if (j->path == NULL) continue;
         int fd = open(j->path, O_RDONLY | O_CLOEXEC);
         struct stat st;
         if (fd < 0) continue;

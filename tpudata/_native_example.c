@@ -210,7 +210,9 @@ static PyObject *py_locate(PyObject *self, PyObject *args) {
     if (get_wbuf(loco, &locb, "locs") < 0) goto done;
     have_loc = 1;
     Py_ssize_t n = ob.len / 8;
-    if (ob.len != lb.len || ob.len % 8 || locb.len != n * ks.n * 16) {
+    Py_ssize_t want_locs;
+    if (ob.len != lb.len || ob.len % 8 || __builtin_mul_overflow(n, ks.n, &want_locs) ||
+        __builtin_mul_overflow(want_locs, (Py_ssize_t)16, &want_locs) || locb.len != want_locs) {
         PyErr_SetString(PyExc_ValueError, "locate: array sizes do not match");
         goto done;
     }
@@ -395,8 +397,10 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     }
     if (get_wbuf(auxo, &auxb, "aux") < 0) goto done;
     have_aux = 1;
-    if (nkeys <= 0 || fidx < 0 || fidx >= nkeys || locb.len % (nkeys * 16) || kind < 1 ||
-        kind > 3 || mode < 0 || mode > 2 || n < 0) {
+    /* Every size below is checked in 64-bit arithmetic with overflow detection: n, nkeys and the
+     * counts of mode 2 come from the caller and may be anything. */
+    if (nkeys <= 0 || nkeys > PY_SSIZE_T_MAX / 16 || fidx < 0 || fidx >= nkeys ||
+        locb.len % (nkeys * 16) || kind < 1 || kind > 3 || mode < 0 || mode > 2 || n < 0) {
         PyErr_SetString(PyExc_ValueError, "decode: bad arguments");
         goto done;
     }
@@ -404,19 +408,32 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
     if (bufset_get(bufo, bidxo, count, &bs, "decode") < 0) goto done;
     have_bs = 1;
     Py_ssize_t vsize = kind == KIND_FLOAT ? 4 : kind == KIND_INT64 ? 8 : 16;
-    if (mode == 0 && (!have_out || outb.len < count * n * vsize || auxb.len < count)) {
+    Py_ssize_t need;
+    if (mode == 0 && (!have_out || __builtin_mul_overflow(count, n, &need) ||
+                      __builtin_mul_overflow(need, vsize, &need) || outb.len < need ||
+                      auxb.len < count)) {
         PyErr_SetString(PyExc_ValueError, "decode: output arrays too small");
         goto done;
     }
-    if (mode >= 1 && auxb.len < count * 8) {
+    if (mode >= 1 && auxb.len / 8 < count) {
         PyErr_SetString(PyExc_ValueError, "decode: counts array too small");
         goto done;
     }
     int64_t *counts = (int64_t *)auxb.buf;
+    int64_t room = 0; /* mode 2: values out holds */
     if (mode == 2) {
         int64_t total = 0;
-        for (Py_ssize_t r = 0; r < count; r++) total += counts[r];
-        if (!have_out || outb.len < total * vsize) {
+        for (Py_ssize_t r = 0; r < count; r++) {
+            if (counts[r] < 0 || __builtin_add_overflow(total, counts[r], &total)) {
+                PyErr_Format(PyExc_ValueError,
+                             "decode: counts[%zd] = %lld: the counts must be those of a count pass "
+                             "(mode 1), not negative and with a sum that fits in int64",
+                             r, (long long)counts[r]);
+                goto done;
+            }
+        }
+        room = have_out ? outb.len / vsize : 0;
+        if (!have_out || total > room) {
             PyErr_SetString(PyExc_ValueError, "decode: output array too small");
             goto done;
         }
@@ -468,6 +485,12 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
         } else if (mode == 2) {
             dst = out + pos * vsize;
             cap = counts[r];
+            if (cap < 0 || cap > room - pos) { /* counts changed since they were checked */
+                err = E_COUNT;
+                got_count = cap;
+                bad_rec = r;
+                break;
+            }
         }
         err = list_values(base, lp, le, kind, dst, cap, &c, &bad);
         if (err) {
@@ -486,7 +509,7 @@ static PyObject *py_decode(PyObject *self, PyObject *args) {
         } else if (mode == 1) {
             counts[r] = c;
         } else {
-            if (c != counts[r]) { /* cannot happen unless the buffer changed between passes */
+            if (c != cap) { /* cannot happen unless the buffer changed between passes */
                 err = E_COUNT;
                 got_count = c;
                 bad_rec = r;

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include <jpeglib.h>
+#include <jerror.h>
 
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -29,6 +30,10 @@
 struct err_mgr {
     struct jpeg_error_mgr pub;
     jmp_buf jmp;
+    int truncated;  /* the data ran out (the source's doing; see mem_src) */
+    int finishing;  /* every row is out: reading on to EOI */
+    int quiet_end;  /* the data ran out then: not an error (as in TensorFlow) */
+    int past_header; /* jpeg_read_header returned: truncated image data, not a truncated header */
     char msg[JMSG_LENGTH_MAX];
 };
 
@@ -40,66 +45,186 @@ static void on_error_exit(j_common_ptr cinfo) {
 
 static void on_output_message(j_common_ptr cinfo) { (void)cinfo; }
 
-#define ERRLEN 256
+#define ERRLEN 320
+
+static void err_init(struct jpeg_decompress_struct *cinfo, struct err_mgr *jerr) {
+    memset(cinfo, 0, sizeof(*cinfo));
+    cinfo->err = jpeg_std_error(&jerr->pub);
+    jerr->pub.error_exit = on_error_exit;
+    jerr->pub.output_message = on_output_message;
+    jerr->truncated = jerr->finishing = jerr->quiet_end = jerr->past_header = 0;
+    jerr->msg[0] = 0;
+}
+
+/* The message of a libjpeg error caught by setjmp. */
+static void err_format(const struct err_mgr *jerr, char *err) {
+    if (jerr->truncated && !jerr->past_header)
+        snprintf(err, ERRLEN, "truncated JPEG data: the file ends inside its headers (no image data)");
+    else if (jerr->truncated)
+        snprintf(err, ERRLEN,
+                 "truncated JPEG data: premature end of data (the image is cut short or corrupt; "
+                 "TensorFlow's decode_jpeg fails on it too; try_recover_truncated=True decodes what is "
+                 "there, as TensorFlow's flag does)");
+    else
+        snprintf(err, ERRLEN, "invalid JPEG data: %s", jerr->msg);
+}
+
+/* A memory source that behaves as TensorFlow's (tensorflow/core/lib/jpeg/jpeg_handle.cc) rather
+ * than libjpeg's jpeg_mem_src, which feeds a fake end-of-image marker whenever the data runs out, so
+ * a truncated file decodes silently with its missing blocks gray.
+ *
+ * Without `recover`, running out of data is an error. TensorFlow's source raises one when the data
+ * is used up, and suspends when the decoder's working copy of the position runs dry inside a block
+ * or a marker (our fields, synced at the block's start, still say bytes are left); the decoder then
+ * fails the image, except after the last scanline (jpeg_finish_decompress reading the markers up to
+ * EOI gives up quietly on a suspension), so there that one case ends the decode without an error
+ * too (err_mgr.finishing).
+ *
+ * With `recover` (TensorFlow's try_recover_truncated), as TensorFlow's source does: when the
+ * decoder's working copy of the position runs dry inside a block (our fields still say what was left
+ * at the block's start), carry on from those stale fields, so the block's bytes are read again; once
+ * the data is truly used up, a fake EOI marker with a warning (the rest of the scan decodes gray),
+ * and an error if the decoder asks again before reading any of that marker. */
+typedef struct {
+    struct jpeg_source_mgr pub;
+    const JOCTET *data;
+    int recover;
+} mem_src;
+
+static const JOCTET fake_eoi[2] = {0xFF, JPEG_EOI};
+
+static void src_init(j_decompress_ptr cinfo) { (void)cinfo; }
+
+static void src_term(j_decompress_ptr cinfo) { (void)cinfo; }
+
+static boolean src_fill(j_decompress_ptr cinfo) {
+    mem_src *s = (mem_src *)cinfo->src;
+    struct err_mgr *e = (struct err_mgr *)cinfo->err;
+    if (s->pub.bytes_in_buffer == 0 && s->pub.next_input_byte == s->data) ERREXIT(cinfo, JERR_INPUT_EMPTY);
+    if (s->recover) {
+        if (s->pub.bytes_in_buffer != 0) return TRUE; /* stale: TensorFlow's source does the same */
+        if (s->pub.next_input_byte == fake_eoi) ERREXIT(cinfo, JERR_FILE_READ);
+        WARNMS(cinfo, JWRN_JPEG_EOF);
+        s->pub.next_input_byte = fake_eoi;
+        s->pub.bytes_in_buffer = 2;
+        return TRUE;
+    }
+    /* stale fields: TensorFlow's source suspends, harmless only while finishing (see above) */
+    if (s->pub.bytes_in_buffer != 0 && e->finishing)
+        e->quiet_end = 1;
+    else
+        e->truncated = 1;
+    ERREXIT(cinfo, JERR_INPUT_EOF);
+    return FALSE;
+}
+
+static void src_skip(j_decompress_ptr cinfo, long n) {
+    mem_src *s = (mem_src *)cinfo->src;
+    if (n <= 0) return;
+    if ((unsigned long)n > s->pub.bytes_in_buffer) { /* past the end: as TensorFlow's source */
+        s->pub.bytes_in_buffer = 0;
+        (void)src_fill(cinfo);
+        return;
+    }
+    s->pub.next_input_byte += n;
+    s->pub.bytes_in_buffer -= (size_t)n;
+}
+
+static void src_set(j_decompress_ptr cinfo, mem_src *s, const unsigned char *data, size_t len, int recover) {
+    memset(s, 0, sizeof(*s));
+    s->data = data;
+    s->pub.init_source = src_init;
+    s->pub.fill_input_buffer = src_fill;
+    s->pub.skip_input_data = src_skip;
+    s->pub.resync_to_restart = jpeg_resync_to_restart;
+    s->pub.term_source = src_term;
+    s->pub.next_input_byte = data;
+    s->pub.bytes_in_buffer = len;
+    s->recover = recover;
+    cinfo->src = &s->pub;
+}
+
+/* How to decode: TensorFlow's DecodeJpeg attributes, and the size limit. */
+typedef struct {
+    int channels, fast_dct, fancy;
+    int recover;       /* try_recover_truncated */
+    int64_t max_bytes; /* height * width * components of the whole image may not exceed it */
+} decode_opts;
 
 /* Decode rows [y, y+h) and columns [x, x+w) of a JPEG into out (row stride out_stride bytes) with
  * `channels` (1 or 3) channels, as TensorFlow's DecodeJpeg/DecodeAndCropJpeg do (fancy upsampling,
  * CMYK/YCCK converted to RGB with or without the Adobe inversion). Returns 0 or -1 with err set.
  * With flex != NULL, out and out_stride are ignored: the window goes into *flex (grown as needed,
  * *flex_cap bytes; the caller frees it) as libjpeg writes it, scanlines a little wider than the
- * window, without a copy; *region and *region_stride then give where its rows start. */
-static int decode_region(const unsigned char *data, size_t len, int channels, int fast_dct, int fancy,
-                         int y, int x, int h, int w, unsigned char *out, ptrdiff_t out_stride,
-                         unsigned char **flex, size_t *flex_cap, const unsigned char **region,
-                         ptrdiff_t *region_stride, char *err) {
+ * window, without a copy; *region and *region_stride then give where its rows start.
+ * The window is checked in 64-bit arithmetic (any int64 values may come in), and the image size
+ * against o->max_bytes before libjpeg allocates anything for the image. */
+static int decode_region(const unsigned char *data, size_t len, const decode_opts *o, int64_t y, int64_t x,
+                         int64_t h, int64_t w, unsigned char *out, ptrdiff_t out_stride, unsigned char **flex,
+                         size_t *flex_cap, const unsigned char **region, ptrdiff_t *region_stride, char *err) {
     struct jpeg_decompress_struct cinfo;
     struct err_mgr jerr;
+    mem_src src;
     unsigned char *volatile row = NULL;
-    memset(&cinfo, 0, sizeof(cinfo));
-    cinfo.err = jpeg_std_error(&jerr.pub);
-    jerr.pub.error_exit = on_error_exit;
-    jerr.pub.output_message = on_output_message;
+    const int channels = o->channels;
+    err_init(&cinfo, &jerr);
     if (setjmp(jerr.jmp)) {
-        snprintf(err, ERRLEN, "invalid JPEG data: %s", jerr.msg);
         jpeg_destroy_decompress(&cinfo);
         free(row);
+        if (jerr.quiet_end) return 0; /* every row was out: TensorFlow's decode succeeds too */
+        err_format(&jerr, err);
         return -1;
     }
     jpeg_create_decompress(&cinfo);
-    jpeg_mem_src(&cinfo, data, (unsigned long)len);
+    src_set(&cinfo, &src, data, len, o->recover);
     if (jpeg_read_header(&cinfo, TRUE) != JPEG_HEADER_OK) {
         snprintf(err, ERRLEN, "invalid JPEG data: no image header");
         jpeg_destroy_decompress(&cinfo);
         return -1;
     }
+    jerr.past_header = 1;
     int cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
     if (cmyk)
         cinfo.out_color_space = JCS_CMYK;
     else
         cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
-    cinfo.dct_method = fast_dct ? JDCT_IFAST : JDCT_ISLOW;
-    cinfo.do_fancy_upsampling = fancy ? TRUE : FALSE;
+    cinfo.dct_method = o->fast_dct ? JDCT_IFAST : JDCT_ISLOW;
+    cinfo.do_fancy_upsampling = o->fancy ? TRUE : FALSE;
     cinfo.do_block_smoothing = TRUE;
-    jpeg_start_decompress(&cinfo);
-    int H = (int)cinfo.output_height, W = (int)cinfo.output_width;
-    if (y < 0 || x < 0 || h <= 0 || w <= 0 || y + h > H || x + w > W) {
+    /* The size the header claims, before jpeg_start_decompress allocates for it (TensorFlow checks
+     * the same product: height * width * components of the file). */
+    jpeg_calc_output_dimensions(&cinfo);
+    const int64_t H = (int64_t)cinfo.output_height, W = (int64_t)cinfo.output_width;
+    const int64_t size = H * W * (int64_t)cinfo.num_components;
+    if (size > o->max_bytes) {
         snprintf(err, ERRLEN,
-                 "crop window (y=%d, x=%d, h=%d, w=%d) is not inside the %dx%d image", y, x, h, w, H, W);
+                 "the JPEG header claims a %lldx%lld image with %d components (%lld bytes decoded), over "
+                 "the limit of %lld bytes (tpudata.image.decode.MAX_DECODED_BYTES; TensorFlow's decode_jpeg "
+                 "refuses 2**29 bytes and more)",
+                 (long long)H, (long long)W, cinfo.num_components, (long long)size, (long long)o->max_bytes);
         jpeg_destroy_decompress(&cinfo);
         return -1;
     }
+    if (y < 0 || x < 0 || h <= 0 || w <= 0 || y > H || x > W || h > H - y || w > W - x) {
+        snprintf(err, ERRLEN, "crop window (y=%lld, x=%lld, h=%lld, w=%lld) is not inside the %lldx%lld image",
+                 (long long)y, (long long)x, (long long)h, (long long)w, (long long)H, (long long)W);
+        jpeg_destroy_decompress(&cinfo);
+        return -1;
+    }
+    jpeg_start_decompress(&cinfo);
     /* Widen the decoded columns by one iMCU each side: libjpeg-turbo's fancy upsampler treats the
      * edge of a cropped scanline as the image edge (it differs from a full decode there, e.g. for
-     * 4:2:2 files, and TensorFlow's DecodeAndCropJpeg shows that difference). */
+     * 4:2:2 files, and TensorFlow's DecodeAndCropJpeg shows that difference). Every value is now
+     * within [0, W] (at most 65535): int arithmetic from here on. */
     int margin = cinfo.max_h_samp_factor * DCTSIZE;
-    int xa = x - margin < 0 ? 0 : x - margin;
-    int xb = x + w + margin > W ? W : x + w + margin;
+    int xa = x - margin < 0 ? 0 : (int)(x - margin);
+    int xb = x + w + margin > W ? (int)W : (int)(x + w + margin);
     JDIMENSION xoff = (JDIMENSION)xa, cw = (JDIMENSION)(xb - xa);
     if (xb - xa < W) jpeg_crop_scanline(&cinfo, &xoff, &cw);
     if (y > 0) jpeg_skip_scanlines(&cinfo, (JDIMENSION)y);
     int oc = cinfo.output_components;
-    int shift = x - (int)xoff;
-    int direct = oc == channels && (flex != NULL || (shift == 0 && (int)cinfo.output_width == w));
+    int shift = (int)x - (int)xoff;
+    int direct = oc == channels && (flex != NULL || (shift == 0 && (int64_t)cinfo.output_width == w));
     if (flex != NULL) { /* direct: whole decoded scanlines; else (CMYK) the converted window */
         out_stride = direct ? (ptrdiff_t)cinfo.output_width * oc : (ptrdiff_t)w * channels;
         size_t need = (size_t)h * (size_t)out_stride;
@@ -117,22 +242,42 @@ static int decode_region(const unsigned char *data, size_t len, int channels, in
         *region = out;
         *region_stride = out_stride;
     }
-    if (!direct) row = (unsigned char *)malloc((size_t)cinfo.output_width * oc + 16);
-    for (int r = 0; r < h; r++) {
+    if (!direct) {
+        row = (unsigned char *)malloc((size_t)cinfo.output_width * oc + 16);
+        if (row == NULL) {
+            snprintf(err, ERRLEN, "out of memory");
+            jpeg_destroy_decompress(&cinfo);
+            return -1;
+        }
+    }
+    const size_t row_bytes = (size_t)w * channels;
+    for (int r = 0; r < (int)h; r++) {
         unsigned char *dst = out + (ptrdiff_t)r * out_stride;
         JSAMPROW rp = direct ? dst - (ptrdiff_t)shift * oc : row;
         if (jpeg_read_scanlines(&cinfo, &rp, 1) != 1) {
-            snprintf(err, ERRLEN, "invalid JPEG data: could not read row %d", y + r);
-            jpeg_destroy_decompress(&cinfo);
-            free(row);
-            return -1;
+            /* Not reached with mem_src (it never suspends); kept for TensorFlow's semantics: with
+             * try_recover_truncated the missing rows repeat the row above (black for the first). */
+            if (!o->recover) {
+                snprintf(err, ERRLEN, "truncated JPEG data: no data for row %lld", (long long)(y + r));
+                jpeg_destroy_decompress(&cinfo);
+                free(row);
+                return -1;
+            }
+            for (; r < (int)h; r++) {
+                unsigned char *d = out + (ptrdiff_t)r * out_stride;
+                if (r == 0)
+                    memset(d, 0, row_bytes);
+                else
+                    memcpy(d, d - out_stride, row_bytes);
+            }
+            break;
         }
         if (direct) continue;
-        const unsigned char *src = row + (ptrdiff_t)shift * oc;
+        const unsigned char *src_row = row + (ptrdiff_t)shift * oc;
         if (oc == 4) {
             int adobe = cinfo.saw_Adobe_marker;
-            for (int i = 0; i < w; i++) {
-                int c = src[4 * i], m = src[4 * i + 1], yy = src[4 * i + 2], k = src[4 * i + 3];
+            for (int i = 0; i < (int)w; i++) {
+                int c = src_row[4 * i], m = src_row[4 * i + 1], yy = src_row[4 * i + 2], k = src_row[4 * i + 3];
                 int R, G, B;
                 if (adobe) {
                     R = (k * c) / 255; G = (k * m) / 255; B = (k * yy) / 255;
@@ -148,10 +293,18 @@ static int decode_region(const unsigned char *data, size_t len, int channels, in
                 }
             }
         } else {
-            memcpy(dst, src, (size_t)w * oc);
+            memcpy(dst, src_row, row_bytes);
         }
     }
-    jpeg_destroy_decompress(&cinfo); /* aborts: rows below the window are never decoded */
+    /* A window down to the last row (a whole decode): read on to the end of the image, as
+     * TensorFlow's jpeg_finish_decompress does, so damage after the last scanline (a bogus marker,
+     * a missing end) fails the image as it fails there. Above that, jpeg_destroy_decompress aborts:
+     * rows below the window are never decoded (TensorFlow's crop skips them unread too). */
+    if (cinfo.output_scanline == cinfo.output_height) {
+        jerr.finishing = 1;
+        jpeg_finish_decompress(&cinfo);
+    }
+    jpeg_destroy_decompress(&cinfo);
     free(row);
     return 0;
 }
@@ -159,17 +312,15 @@ static int decode_region(const unsigned char *data, size_t len, int channels, in
 static int read_info(const unsigned char *data, size_t len, int *h, int *w, int *c, int *cs, char *err) {
     struct jpeg_decompress_struct cinfo;
     struct err_mgr jerr;
-    memset(&cinfo, 0, sizeof(cinfo));
-    cinfo.err = jpeg_std_error(&jerr.pub);
-    jerr.pub.error_exit = on_error_exit;
-    jerr.pub.output_message = on_output_message;
+    mem_src src;
+    err_init(&cinfo, &jerr);
     if (setjmp(jerr.jmp)) {
-        snprintf(err, ERRLEN, "invalid JPEG data: %s", jerr.msg);
+        err_format(&jerr, err);
         jpeg_destroy_decompress(&cinfo);
         return -1;
     }
     jpeg_create_decompress(&cinfo);
-    jpeg_mem_src(&cinfo, data, (unsigned long)len);
+    src_set(&cinfo, &src, data, len, 0);
     jpeg_read_header(&cinfo, TRUE);
     *h = (int)cinfo.image_height;
     *w = (int)cinfo.image_width;
@@ -425,7 +576,8 @@ static void resize_emit(const post_params *p, const unsigned char *img, ptrdiff_
 
 typedef struct {
     post_params p;
-    int n, fast_dct, fancy;
+    decode_opts o; /* channels 3 */
+    int n;
     const unsigned char **data;
     size_t *lens;
     const int32_t *crops; /* n x 4: y, x, h, w */
@@ -449,23 +601,30 @@ static void *batch_worker(void *arg) {
     for (;;) {
         int i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
         if (i >= j->n) break;
-        const int32_t *cr = j->crops + 4 * (size_t)i;
-        int h = cr[2], w = cr[3];
-        size_t wneed = (size_t)(w > 0 ? w : 1) * 3 + (size_t)ow * 3 * 3 + 32;
-        if (wneed > work_cap) {
-            free(work);
-            work = (float *)malloc(wneed * sizeof(float));
-            work_cap = wneed;
-        }
-        if (!work || !xt4 || !xt2) {
+        int32_t cr[4]; /* a private copy: the window checked is the window used */
+        memcpy(cr, j->crops + 4 * (size_t)i, sizeof(cr));
+        const unsigned char *region = NULL;
+        ptrdiff_t stride = 0;
+        if (!xt4 || !xt2) {
             snprintf(j->errs[i], ERRLEN, "out of memory");
             j->failed[i] = 1;
             continue;
         }
-        const unsigned char *region = NULL;
-        ptrdiff_t stride = 0;
-        if (decode_region(j->data[i], j->lens[i], 3, j->fast_dct, j->fancy, cr[0], cr[1], h, w, NULL, 0,
-                          &img, &img_cap, &region, &stride, j->errs[i]) != 0) {
+        /* the window is checked inside the image there, before anything is sized by it */
+        if (decode_region(j->data[i], j->lens[i], &j->o, cr[0], cr[1], cr[2], cr[3], NULL, 0, &img, &img_cap,
+                          &region, &stride, j->errs[i]) != 0) {
+            j->failed[i] = 1;
+            continue;
+        }
+        int h = cr[2], w = cr[3];
+        size_t wneed = (size_t)w * 3 + (size_t)ow * 3 * 3 + 32;
+        if (wneed > work_cap) {
+            free(work);
+            work = (float *)malloc(wneed * sizeof(float));
+            work_cap = work ? wneed : 0;
+        }
+        if (!work) {
+            snprintf(j->errs[i], ERRLEN, "out of memory");
             j->failed[i] = 1;
             continue;
         }
@@ -498,20 +657,28 @@ static PyObject *py_jpeg_info(PyObject *self, PyObject *args) {
     return Py_BuildValue("(iiii)", h, w, c, cs);
 }
 
+#define DEFAULT_MAX_BYTES (((int64_t)1 << 29) - 1) /* TensorFlow's: it refuses 2**29 and more */
+
 static PyObject *py_decode_into(PyObject *self, PyObject *args) {
     Py_buffer b, o;
-    int channels, fast, fancy, y, x, h, w;
-    if (!PyArg_ParseTuple(args, "y*w*iiiiiii", &b, &o, &channels, &fast, &fancy, &y, &x, &h, &w)) return NULL;
+    int channels, fast, fancy, recover = 0;
+    long long y, x, h, w, max_bytes = DEFAULT_MAX_BYTES;
+    if (!PyArg_ParseTuple(args, "y*w*iiiLLLL|iL", &b, &o, &channels, &fast, &fancy, &y, &x, &h, &w, &recover,
+                          &max_bytes))
+        return NULL;
     char err[ERRLEN];
     int rc = -1;
+    long long need;
     if (channels != 1 && channels != 3) {
         snprintf(err, ERRLEN, "channels must be 1 or 3, got %d", channels);
-    } else if (h <= 0 || w <= 0 || o.len < (Py_ssize_t)h * w * channels) {
-        snprintf(err, ERRLEN, "output buffer of %zd bytes is too small for %dx%dx%d", o.len, h, w, channels);
+    } else if (h <= 0 || w <= 0 || __builtin_mul_overflow(h, w, &need) ||
+               __builtin_mul_overflow(need, (long long)channels, &need) || o.len < need) {
+        snprintf(err, ERRLEN, "output buffer of %zd bytes is too small for %lldx%lldx%d", o.len, h, w, channels);
     } else {
+        decode_opts opts = {channels, fast, fancy, recover, max_bytes};
         Py_BEGIN_ALLOW_THREADS
-        rc = decode_region((const unsigned char *)b.buf, (size_t)b.len, channels, fast, fancy, y, x, h, w,
-                           (unsigned char *)o.buf, (ptrdiff_t)w * channels, NULL, NULL, NULL, NULL, err);
+        rc = decode_region((const unsigned char *)b.buf, (size_t)b.len, &opts, y, x, h, w, (unsigned char *)o.buf,
+                           (ptrdiff_t)w * channels, NULL, NULL, NULL, NULL, err);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&b);
@@ -563,7 +730,7 @@ static int images_collect(PyObject *images, images_t *im) {
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(images, 2), &im->off, PyBUF_C_CONTIGUOUS) < 0) return -1;
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(images, 3), &im->len, PyBUF_C_CONTIGUOUS) < 0) return -1;
         im->n = im->off.len / 8;
-        if (im->len.len != im->off.len) {
+        if (im->len.len != im->off.len || im->off.len % 8) {
             PyErr_SetString(PyExc_ValueError, "offsets and lengths must be int64 arrays of one length");
             return -1;
         }
@@ -592,7 +759,8 @@ static int images_collect(PyObject *images, images_t *im) {
         const int32_t *idx = bi != Py_None ? (const int32_t *)im->idx.buf : NULL;
         for (Py_ssize_t i = 0; i < im->n; i++) {
             int32_t b = idx ? idx[i] : 0;
-            if (b < 0 || b >= nb || off[i] < 0 || len[i] < 0 || off[i] + len[i] > (int64_t)im->bufs[b].len) {
+            if (b < 0 || b >= nb || off[i] < 0 || len[i] < 0 || off[i] > (int64_t)im->bufs[b].len ||
+                len[i] > (int64_t)im->bufs[b].len - off[i]) {
                 PyErr_Format(PyExc_ValueError, "image %zd lies outside its buffer", i);
                 return -1;
             }
@@ -665,8 +833,9 @@ done:
 }
 
 /* preprocess_batch(images, out, crops, flips, out_h, out_w, method, out_dtype, scale, mean, stddev,
- *                  normalize, fast_dct, fancy, num_threads) -> list of (index, message) failures;
- * images as in images_collect */
+ *                  normalize, fast_dct, fancy, num_threads[, recover, max_bytes]) -> list of (index, message)
+ * failures; images as in images_collect; recover: try_recover_truncated; max_bytes: the size limit of
+ * decode_region */
 static PyObject *py_preprocess_batch(PyObject *self, PyObject *args) {
     PyObject *seq;
     Py_buffer o, cb, fb;
@@ -675,28 +844,32 @@ static PyObject *py_preprocess_batch(PyObject *self, PyObject *args) {
     memset(&j, 0, sizeof(j));
     memset(&im, 0, sizeof(im));
     int num_threads;
-    if (!PyArg_ParseTuple(args, "Ow*y*y*iiiif(fff)(fff)iiii", &seq, &o, &cb, &fb, &j.p.out_h, &j.p.out_w,
+    long long max_bytes = DEFAULT_MAX_BYTES;
+    j.o.channels = 3;
+    if (!PyArg_ParseTuple(args, "Ow*y*y*iiiif(fff)(fff)iiii|iL", &seq, &o, &cb, &fb, &j.p.out_h, &j.p.out_w,
                           &j.p.method, &j.p.out_dtype, &j.p.scale, &j.p.mean[0], &j.p.mean[1], &j.p.mean[2],
-                          &j.p.stddev[0], &j.p.stddev[1], &j.p.stddev[2], &j.p.normalize, &j.fast_dct,
-                          &j.fancy, &num_threads))
+                          &j.p.stddev[0], &j.p.stddev[1], &j.p.stddev[2], &j.p.normalize, &j.o.fast_dct,
+                          &j.o.fancy, &num_threads, &j.o.recover, &max_bytes))
         return NULL;
+    j.o.max_bytes = max_bytes;
     PyObject *result = NULL;
     if (images_collect(seq, &im) < 0) goto done;
     Py_ssize_t n = im.n;
-    j.n = (int)n;
-    size_t item = j.p.out_dtype == 0 ? 1 : (j.p.out_dtype == 1 ? 4 : 2);
-    j.out_item_bytes = (size_t)j.p.out_h * j.p.out_w * 3 * item;
-    if (j.p.out_h <= 0 || j.p.out_w <= 0 || j.p.method < 0 || j.p.method > 3 || j.p.out_dtype < 0 ||
-        j.p.out_dtype > 2) {
-        PyErr_SetString(PyExc_ValueError, "bad output size, method or dtype");
+    /* out_w * 9 floats of work per row and int loops over out_w * 3 values: sizes up to 2**24 */
+    if (j.p.out_h <= 0 || j.p.out_w <= 0 || j.p.out_h > (1 << 24) || j.p.out_w > (1 << 24) || j.p.method < 0 ||
+        j.p.method > 3 || j.p.out_dtype < 0 || j.p.out_dtype > 2 || n > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "bad output size, method, dtype or image count");
         goto done;
     }
-    if ((size_t)o.len < j.out_item_bytes * (size_t)n) {
+    j.n = (int)n;
+    size_t item = j.p.out_dtype == 0 ? 1 : (j.p.out_dtype == 1 ? 4 : 2), total;
+    j.out_item_bytes = (size_t)j.p.out_h * (size_t)j.p.out_w * 3 * item; /* < 2**53 */
+    if (__builtin_mul_overflow(j.out_item_bytes, (size_t)n, &total) || (size_t)o.len < total) {
         PyErr_Format(PyExc_ValueError, "output buffer of %zd bytes is too small for %zd images of %zu bytes",
                      o.len, n, j.out_item_bytes);
         goto done;
     }
-    if ((size_t)cb.len < (size_t)n * 16 || fb.len < n) {
+    if (cb.len / 16 < n || fb.len < n) {
         PyErr_SetString(PyExc_ValueError, "crops must be int32 (n, 4) and flips uint8 (n,)");
         goto done;
     }
@@ -758,7 +931,8 @@ done:
 static PyMethodDef methods[] = {
     {"jpeg_info", py_jpeg_info, METH_VARARGS, "jpeg_info(data) -> (height, width, components, colorspace)"},
     {"decode_into", py_decode_into, METH_VARARGS,
-     "decode_into(data, out, channels, fast_dct, fancy, y, x, h, w): decode a window into out"},
+     "decode_into(data, out, channels, fast_dct, fancy, y, x, h, w[, recover, max_bytes]): decode a window into "
+     "out"},
     {"jpeg_info_batch", py_jpeg_info_batch, METH_VARARGS,
      "jpeg_info_batch(images, out): header info of every image into out (int32 (n, 4)); failures"},
     {"preprocess_batch", py_preprocess_batch, METH_VARARGS,
@@ -775,5 +949,6 @@ PyMODINIT_FUNC PyInit__imgkernel(void) {
 #endif
     PyObject *m = PyModule_Create(&moduledef);
     if (m) PyModule_AddIntConstant(m, "LIBJPEG_TURBO_VERSION", JPEG_LIB_VERSION);
+    if (m) PyModule_AddObject(m, "DEFAULT_MAX_BYTES", PyLong_FromLongLong(DEFAULT_MAX_BYTES));
     return m;
 }

@@ -4,11 +4,26 @@ and ``tf.image.decode_and_crop_jpeg``.
 JPEGs go to libjpeg-turbo as views of the caller's buffer (bytes, memoryview or a uint8 array):
 no copy. The defaults match TensorFlow's (``dct_method=""`` is libjpeg's fast integer IDCT, fancy
 upsampling on), and the output is bit-identical to TensorFlow's where the kernel is built.
+
+Damaged files are treated as TensorFlow treats them:
+
+- a *truncated* JPEG (the data ends before the image does, EOI marker included) raises
+  :class:`~tpudata.errors.InvalidImageError`, as ``tf.io.decode_jpeg`` fails on it, unless
+  ``try_recover_truncated=True`` (TensorFlow's flag): then what is there decodes and the rest is
+  what TensorFlow gives (libjpeg's uniform gray for the missing blocks);
+- errors libjpeg cannot decode past (bad markers, tables, headers) raise;
+- damage libjpeg only *warns* about (``Corrupt JPEG data: N extraneous bytes before marker``,
+  ``premature end of data segment``, ``bad Huffman code``) decodes, as TensorFlow decodes it
+  (those warnings are common in real datasets, ImageNet included);
+- a header whose ``height * width * components`` exceeds :data:`MAX_DECODED_BYTES` raises before
+  anything is allocated for the image (TensorFlow's DecodeJpeg refuses ``2**29`` bytes and more:
+  the same default).
 """
 
 from __future__ import annotations
 
 import io
+import threading
 
 import numpy as np
 
@@ -20,6 +35,24 @@ __all__ = ["as_buffer", "decode_and_crop_jpeg", "decode_image", "decode_jpeg", "
 
 _JCS_CMYK, _JCS_YCCK = 4, 5
 _DCT = {"": True, "INTEGER_FAST": True, "INTEGER_ACCURATE": False}
+
+#: The largest decoded JPEG accepted, in bytes of ``height * width * components`` of the whole image
+#: as its header gives them (checked before any allocation, for crops too). TensorFlow's decoder
+#: refuses ``2**29`` and more; raise this (``tpudata.image.decode.MAX_DECODED_BYTES = ...``) for
+#: genuine larger images. Every decode entry point and the batch kernel read it at call time.
+MAX_DECODED_BYTES = (1 << 29) - 1
+
+_pillow_truncated_lock = threading.Lock()
+
+
+def _check_size(h: int, w: int, comps: int, op: str) -> None:
+    """InvalidImageError when the header's image is over :data:`MAX_DECODED_BYTES` (before allocating)."""
+    size = int(h) * int(w) * int(comps)
+    if size > MAX_DECODED_BYTES:
+        raise InvalidImageError(
+            f"{op}: the JPEG header claims a {h}x{w} image with {comps} components ({size} bytes decoded), "
+            f"over the limit of {MAX_DECODED_BYTES} bytes (tpudata.image.decode.MAX_DECODED_BYTES; TensorFlow's "
+            "decode_jpeg refuses 2**29 bytes and more); raise the limit if the image is genuine")
 
 
 def as_buffer(data) -> memoryview:
@@ -53,9 +86,8 @@ def _info(buf) -> tuple[int, int, int, int]:
             return k.jpeg_info(buf)
         except ValueError as e:
             raise InvalidImageError(f"extract_jpeg_shape: {e}") from None
-    Image = _backend.pillow()
     try:
-        im = Image.open(io.BytesIO(buf))
+        im = _pillow_open(buf)
     except Exception as e:
         raise InvalidImageError(f"extract_jpeg_shape: invalid JPEG data: {e}") from None
     comps = {"L": 1, "RGB": 3, "CMYK": 4}.get(im.mode, len(im.getbands()))
@@ -84,13 +116,14 @@ def _channels_for(channels: int, comps: int, cs: int, op: str) -> int:
 
 
 def decode_and_crop_jpeg(contents, crop_window, channels: int = 0, dct_method: str = "",
-                         fancy_upscaling: bool = True) -> np.ndarray:
+                         fancy_upscaling: bool = True, try_recover_truncated: bool = False) -> np.ndarray:
     """``tf.image.decode_and_crop_jpeg``: decode only ``crop_window = [y, x, height, width]``.
 
     Rows above the window are skipped and rows below it never decoded; columns outside it are
     skipped by libjpeg-turbo's ``jpeg_crop_scanline`` (widened by one iMCU so the result equals a
     full decode followed by a crop, which TensorFlow's own op misses by a few levels at the window's
-    edges for 4:2:2 files).
+    edges for 4:2:2 files). Damaged data, ``try_recover_truncated`` and the size limit: as
+    :func:`decode_jpeg` (a truncated file whose data covers the window decodes, as in TensorFlow).
 
     >>> decode_and_crop_jpeg(_jpeg_for_doc(), [2, 3, 4, 5]).shape
     (4, 5, 3)
@@ -99,6 +132,7 @@ def decode_and_crop_jpeg(contents, crop_window, channels: int = 0, dct_method: s
     if dct_method not in _DCT:
         raise ValueError(f"dct_method must be one of {sorted(_DCT)}, got {dct_method!r}")
     H, W, comps, cs = _info(buf)
+    _check_size(H, W, comps, "decode_and_crop_jpeg")
     ch = _channels_for(channels, comps, cs, "decode_and_crop_jpeg")
     y, x, h, w = (int(v) for v in np.asarray(crop_window).reshape(-1)[:4])
     if y < 0 or x < 0 or h <= 0 or w <= 0 or y + h > H or x + w > W:
@@ -108,35 +142,70 @@ def decode_and_crop_jpeg(contents, crop_window, channels: int = 0, dct_method: s
     if k is not None:
         out = np.empty((h, w, ch), np.uint8)
         try:
-            k.decode_into(buf, out, ch, int(_DCT[dct_method]), int(bool(fancy_upscaling)), y, x, h, w)
+            k.decode_into(buf, out, ch, int(_DCT[dct_method]), int(bool(fancy_upscaling)), y, x, h, w,
+                          int(bool(try_recover_truncated)), int(MAX_DECODED_BYTES))
         except ValueError as e:
             raise InvalidImageError(f"decode_jpeg: {e}") from None
         return out
-    return _pillow_decode(buf, ch, "decode_jpeg")[y:y + h, x:x + w].copy()
+    return _pillow_decode(buf, ch, "decode_jpeg", try_recover_truncated)[y:y + h, x:x + w].copy()
 
 
-def decode_jpeg(contents, channels: int = 0, dct_method: str = "", fancy_upscaling: bool = True) -> np.ndarray:
+def decode_jpeg(contents, channels: int = 0, dct_method: str = "", fancy_upscaling: bool = True,
+                try_recover_truncated: bool = False) -> np.ndarray:
     """``tf.io.decode_jpeg``: a ``(height, width, channels)`` uint8 array.
 
     ``channels``: 0 = as stored (1 for grayscale, else 3), 1 = grayscale, 3 = RGB. CMYK/YCCK files
     decode to RGB as TensorFlow does (Adobe-inverted or not).
+
+    A truncated file raises :class:`~tpudata.errors.InvalidImageError` (as TensorFlow's op fails)
+    unless ``try_recover_truncated=True``, TensorFlow's flag: then it decodes as TensorFlow decodes
+    it (the missing blocks uniform gray). Images over :data:`MAX_DECODED_BYTES` raise before
+    anything is allocated.
 
     >>> decode_jpeg(_jpeg_for_doc(), channels=1).shape
     (12, 20, 1)
     """
     buf = as_buffer(contents)
     H, W, comps, cs = _info(buf)
+    _check_size(H, W, comps, "decode_jpeg")
     ch = _channels_for(channels, comps, cs, "decode_jpeg")
     if _backend.kernel() is None:
-        return _pillow_decode(buf, ch, "decode_jpeg")
-    return decode_and_crop_jpeg(buf, [0, 0, H, W], ch, dct_method, fancy_upscaling)
+        return _pillow_decode(buf, ch, "decode_jpeg", try_recover_truncated)
+    return decode_and_crop_jpeg(buf, [0, 0, H, W], ch, dct_method, fancy_upscaling, try_recover_truncated)
 
 
-def _pillow_decode(buf, channels: int, op: str) -> np.ndarray:
+def _pillow_open(buf):
+    """Pillow's image of ``buf`` (header read); a JPEG without Pillow's decompression-bomb check:
+    the JPEG paths apply :data:`MAX_DECODED_BYTES` (the same bound for RGB) and report the shape of
+    any header, as TensorFlow's extract_jpeg_shape does."""
     Image = _backend.pillow()
+    if is_jpeg(buf):
+        from PIL import JpegImagePlugin
+
+        return JpegImagePlugin.JpegImageFile(io.BytesIO(buf))
+    return Image.open(io.BytesIO(buf))
+
+
+def _pillow_decode(buf, channels: int, op: str, try_recover_truncated: bool = False) -> np.ndarray:
     try:
-        im = Image.open(io.BytesIO(buf))
-        im.load()
+        im = _pillow_open(buf)
+        if im.format == "JPEG":  # the size limit, before Pillow allocates (other formats: Pillow's own)
+            _check_size(im.height, im.width, len(im.getbands()), op)
+        if try_recover_truncated:
+            # Pillow's switch is a module global: set only around this load (other threads' loads in
+            # the meantime would be lenient too; only this fallback path sets it)
+            from PIL import ImageFile
+
+            with _pillow_truncated_lock:
+                before, ImageFile.LOAD_TRUNCATED_IMAGES = ImageFile.LOAD_TRUNCATED_IMAGES, True
+                try:
+                    im.load()
+                finally:
+                    ImageFile.LOAD_TRUNCATED_IMAGES = before
+        else:
+            im.load()
+    except InvalidImageError:
+        raise
     except Exception as e:
         raise InvalidImageError(f"{op}: invalid image data: {e}") from None
     if im.mode == "CMYK" and channels == 3:

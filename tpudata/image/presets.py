@@ -18,7 +18,7 @@ import numpy as np
 from tpudata import _outpool
 from tpudata.dataset.core.columns import RecordColumn
 from tpudata.errors import InvalidImageError
-from tpudata.image import _backend
+from tpudata.image import _backend, decode
 from tpudata.image.decode import _info, as_buffer, decode_and_crop_jpeg
 from tpudata.image.ops import make_rng, sample_crop_window, to_bfloat16
 from tpudata.image.resize import resize_bicubic, resize_bilinear
@@ -79,6 +79,29 @@ class _Images:
             self.arg = [as_buffer(b) for b in images]
             self.n, self._col = len(self.arg), None
 
+    def where(self, i: int) -> str:
+        """`` (path ...)`` of image ``i``'s file where its column knows it, else ``""``."""
+        if self._col is None:
+            return ""
+        b = 0 if self._col.buf_idx is None else int(self._col.buf_idx[i])
+        sources = getattr(self._col, "sources", None) or []
+        path, base = sources[b] if b < len(sources) else (None, None)
+        if path is None:
+            return ""
+        if base is None:
+            return f" (from {path})"
+        from tpudata.tfrecord.batch import RecordBatch
+
+        one = RecordBatch.of_source(self._col.buffers[b], (path, base), self._col.offsets[i:i + 1],
+                                    self._col.lengths[i:i + 1])
+        return f" (record at offset {int(one.record_offsets[0])} of {path})"
+
+    def fail(self, failures: list, what: str = "") -> InvalidImageError:
+        """The error for the kernel's ``[(index, message), ...]`` failures: names the first."""
+        i, msg = failures[0]
+        more = f" ({len(failures)} bad images in all: {_indices(failures)})" if len(failures) > 1 else ""
+        return InvalidImageError(f"image {i} of the batch{self.where(i)}: {what}{msg}{more}", index=i)
+
     def bufs(self) -> list:
         if self._col is None:
             return self.arg
@@ -86,6 +109,11 @@ class _Images:
         views = [memoryview(b).cast("B") for b in buffers]
         idx = np.zeros(self.n, np.int32) if buf_idx is None else buf_idx
         return [views[b][o : o + ln] for b, o, ln in zip(idx.tolist(), offsets.tolist(), lengths.tolist())]
+
+
+def _indices(failures: list) -> str:
+    idx = [str(i) for i, _ in failures[:10]]
+    return "indices " + ", ".join(idx) + (", ..." if len(failures) > 10 else "")
 
 
 def _infos(images: _Images) -> np.ndarray:
@@ -97,13 +125,12 @@ def _infos(images: _Images) -> np.ndarray:
             try:
                 out[i] = _info(buf)
             except InvalidImageError as e:
-                raise InvalidImageError(f"image {i} of the batch: {e}", index=i) from None
+                raise images.fail([(i, str(e))]) from None
         return out
     out = np.empty((images.n, 4), np.int32)
     failures = k.jpeg_info_batch(images.arg, out)
     if failures:
-        i, msg = failures[0]
-        raise InvalidImageError(f"image {i} of the batch: extract_jpeg_shape: {msg}", index=i)
+        raise images.fail(failures, "extract_jpeg_shape: ")
     return out
 
 
@@ -131,13 +158,16 @@ def _windows(images, is_training: bool, image_size: int, rng, style: str):
     return crops, flips
 
 
-def _reference(bufs, crops, flips, out, method: str, scale, mean, stddev, normalize: bool, name: str):
+def _reference(bufs, crops, flips, out, method: str, scale, mean, stddev, normalize: bool, name: str,
+               recover: bool):
     size = out.shape[1:3]
+    failures = []
     for i, buf in enumerate(bufs.bufs()):
         try:
-            img = decode_and_crop_jpeg(buf, crops[i], channels=3)
+            img = decode_and_crop_jpeg(buf, crops[i], channels=3, try_recover_truncated=recover)
         except InvalidImageError as e:
-            raise InvalidImageError(f"image {i} of the batch: {e}", index=i) from None
+            failures.append((i, str(e)))  # as the kernel: every image tried, the first named
+            continue
         half = not method.endswith("_v1")
         r = (resize_bicubic if method.startswith("bicubic") else resize_bilinear)(img, size, half_pixel_centers=half)
         r = r * F(scale)
@@ -151,17 +181,25 @@ def _reference(bufs, crops, flips, out, method: str, scale, mean, stddev, normal
             out[i] = to_bfloat16(r)
         else:
             out[i] = r
+    if failures:
+        raise bufs.fail(failures)
 
 
 def preprocess_batch(images, crops, flips, image_size: int | tuple[int, int], *, method: str = "bicubic_v1",
                      dtype=np.float32, normalize: bool = True, mean=IMAGENET_MEAN, stddev=IMAGENET_STDDEV,
-                     out: np.ndarray | None = None, num_threads: int | None = None) -> np.ndarray:
+                     out: np.ndarray | None = None, num_threads: int | None = None,
+                     try_recover_truncated: bool = False) -> np.ndarray:
     """Decode each JPEG's crop window ``crops[i] = (y, x, h, w)``, resize to ``image_size`` with
     ``method`` ("bicubic_v1"/"bilinear_v1": TF1 grid as in resnet_preprocessing; "bicubic"/"bilinear":
     TF2 half-pixel), flip where ``flips[i]``, scale to [0, 1] and normalise (float outputs), cast.
 
     ``uint8`` output keeps the 0-255 resized values (rounded; no normalisation): 4x less host
     memory, normalise on the accelerator.
+
+    A bad image (not a JPEG, truncated, over ``tpudata.image.decode.MAX_DECODED_BYTES``, or a
+    window not inside it) raises :class:`~tpudata.errors.InvalidImageError` naming its index
+    (``index``) and its file where known. ``try_recover_truncated``: as in
+    :func:`~tpudata.image.decode_and_crop_jpeg`.
     """
     if method not in _METHODS:
         raise ValueError(f"method must be one of {sorted(_METHODS)}, got {method!r}")
@@ -181,26 +219,32 @@ def preprocess_batch(images, crops, flips, image_size: int | tuple[int, int], *,
     if out.shape != (n, oh, ow, 3) or str(out.dtype) != name or not out.flags.c_contiguous:
         raise ValueError(f"out must be a C-contiguous {name} array of shape {(n, oh, ow, 3)}, "
                          f"got {out.dtype} {out.shape}")
+    crops = np.asarray(crops)
+    if crops.dtype.kind in "iu" and crops.size and (crops.min() < -2**31 or crops.max() >= 2**31):
+        i = int(np.flatnonzero(((crops < -2**31) | (crops >= 2**31)).reshape(n, -1).any(axis=1))[0])
+        raise bufs.fail([(i, f"crop window {crops.reshape(n, 4)[i].tolist()} is not inside the image "
+                             "(values past int32)")])
     crops = np.ascontiguousarray(crops, np.int32).reshape(n, 4)
     flips = np.ascontiguousarray(flips, np.uint8).reshape(n)
     scale = 1.0 if name == "uint8" else 1.0 / 255.0
     k = _backend.kernel()
     if k is None:
-        _reference(bufs, crops, flips, out, method, scale, mean, stddev, normalize, name)
+        _reference(bufs, crops, flips, out, method, scale, mean, stddev, normalize, name, try_recover_truncated)
         return out
     threads = num_threads or min(n, os.cpu_count() or 1)
     failures = k.preprocess_batch(bufs.arg, out.reshape(-1).view(np.uint8), crops, flips, oh, ow, _METHODS[method],
                                   _DTYPES[name], float(F(scale)), tuple(float(v) for v in mean),
-                                  tuple(float(v) for v in stddev), int(normalize), 1, 1, threads)
+                                  tuple(float(v) for v in stddev), int(normalize), 1, 1, threads,
+                                  int(bool(try_recover_truncated)), int(decode.MAX_DECODED_BYTES))
     if failures:
-        i, msg = failures[0]
-        raise InvalidImageError(f"image {i} of the batch: {msg} ({len(failures)} bad image(s) in all)", index=i)
+        raise bufs.fail(failures)
     return out
 
 
 def resnet_preprocess_batch(images, is_training: bool, image_size: int = 224, *, seed=None, dtype=np.float32,
                             normalize: bool = True, mean=IMAGENET_MEAN, stddev=IMAGENET_STDDEV,
-                            out: np.ndarray | None = None, num_threads: int | None = None) -> np.ndarray:
+                            out: np.ndarray | None = None, num_threads: int | None = None,
+                            try_recover_truncated: bool = False) -> np.ndarray:
     """``resnet_preprocessing.preprocess_image`` on a list of JPEGs -> ``(n, size, size, 3)``.
 
     Train: random-resized crop (``sample_distorted_bounding_box`` with area 0.08-1, aspect 3/4-4/3,
@@ -208,7 +252,9 @@ def resnet_preprocess_batch(images, is_training: bool, image_size: int = 224, *,
     flip. Eval: center crop of ``size/(size+32)`` of the short side, TF1 bicubic resize. Both scale
     to [0, 1] and normalise with the ImageNet mean/stddev. ``seed``: int, tuple (e.g.
     ``(pipeline_seed, batch_index)``) or Generator. ``images``: bytes-like objects, uint8 views, or
-    a parsed bytes feature after ``batch`` (a zero-copy ``BytesColumn``: read in place).
+    a parsed bytes feature after ``batch`` (a zero-copy ``BytesColumn``: read in place). A bad
+    image raises :class:`~tpudata.errors.InvalidImageError` naming it (see :func:`preprocess_batch`;
+    ``try_recover_truncated`` as there).
 
     >>> from tpudata.image.decode import _jpeg_for_doc
     >>> resnet_preprocess_batch([_jpeg_for_doc()] * 2, True, 8, seed=(1, 0)).shape
@@ -217,11 +263,13 @@ def resnet_preprocess_batch(images, is_training: bool, image_size: int = 224, *,
     bufs = _Images(images)
     crops, flips = _windows(bufs, is_training, image_size, make_rng(seed), "resnet")
     return preprocess_batch(bufs, crops, flips, image_size, method="bicubic_v1", dtype=dtype, normalize=normalize,
-                            mean=mean, stddev=stddev, out=out, num_threads=num_threads)
+                            mean=mean, stddev=stddev, out=out, num_threads=num_threads,
+                            try_recover_truncated=try_recover_truncated)
 
 
 def resnet_preprocess(image_bytes, is_training: bool, image_size: int = 224, *, seed=None, dtype=np.float32,
-                      normalize: bool = True, mean=IMAGENET_MEAN, stddev=IMAGENET_STDDEV) -> np.ndarray:
+                      normalize: bool = True, mean=IMAGENET_MEAN, stddev=IMAGENET_STDDEV,
+                      try_recover_truncated: bool = False) -> np.ndarray:
     """One image of :func:`resnet_preprocess_batch` -> ``(size, size, 3)``; use in ``Dataset.map``.
 
     The work runs without the GIL, so ``map(..., num_parallel_calls=k)`` threads use k cores.
@@ -231,12 +279,13 @@ def resnet_preprocess(image_bytes, is_training: bool, image_size: int = 224, *, 
     dtype('float32')
     """
     return resnet_preprocess_batch([image_bytes], is_training, image_size, seed=seed, dtype=dtype,
-                                   normalize=normalize, mean=mean, stddev=stddev, num_threads=1)[0]
+                                   normalize=normalize, mean=mean, stddev=stddev, num_threads=1,
+                                   try_recover_truncated=try_recover_truncated)[0]
 
 
 def inception_preprocess_batch(images, is_training: bool, image_size: int = 299, *, seed=None,
                                dtype=np.float32, out: np.ndarray | None = None,
-                               num_threads: int | None = None) -> np.ndarray:
+                               num_threads: int | None = None, try_recover_truncated: bool = False) -> np.ndarray:
     """Inception/EfficientNet-style (tf-slim ``inception_preprocessing`` without colour distortion):
     train crop with area 0.05-1, aspect 0.75-1.33, 100 attempts (whole image on failure), random flip;
     eval ``central_crop(0.875)``; TF1 bilinear resize; values scaled to [-1, 1].
@@ -248,11 +297,12 @@ def inception_preprocess_batch(images, is_training: bool, image_size: int = 299,
     bufs = _Images(images)
     crops, flips = _windows(bufs, is_training, image_size, make_rng(seed), "inception")
     return preprocess_batch(bufs, crops, flips, image_size, method="bilinear_v1", dtype=dtype, normalize=True,
-                            mean=(0.5, 0.5, 0.5), stddev=(0.5, 0.5, 0.5), out=out, num_threads=num_threads)
+                            mean=(0.5, 0.5, 0.5), stddev=(0.5, 0.5, 0.5), out=out, num_threads=num_threads,
+                            try_recover_truncated=try_recover_truncated)
 
 
 def inception_preprocess(image_bytes, is_training: bool, image_size: int = 299, *, seed=None,
-                         dtype=np.float32) -> np.ndarray:
+                         dtype=np.float32, try_recover_truncated: bool = False) -> np.ndarray:
     """One image of :func:`inception_preprocess_batch`."""
     return inception_preprocess_batch([image_bytes], is_training, image_size, seed=seed, dtype=dtype,
-                                      num_threads=1)[0]
+                                      num_threads=1, try_recover_truncated=try_recover_truncated)[0]
