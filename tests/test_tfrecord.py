@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 
 import tpudata
 from tpudata import _accel
-from tpudata.errors import CorruptRecordError, DataLossError, StorageError, TruncatedRecordError
+from tpudata.errors import (
+    CorruptRecordError, DataLossError, StaleIndexError, StorageError, TruncatedRecordError,
+)
 from tpudata.tfrecord import framing
 from tpudata.tfrecord.reader import TFRecordFileReader, detect_compression
 
@@ -440,12 +442,14 @@ def test_index_detects_damage(tmp_path):
     open(p, "wb").write(bytes(data))
     assert tpudata.read_record_at(p, 1, idx) == b"defg"
     wrong = idx.copy()
-    wrong[1, 1] -= 1  # an index that disagrees with the file's framing
-    with pytest.raises(TruncatedRecordError):
+    wrong[1, 1] -= 1  # an index that does not cover the file is refused before any read
+    with pytest.raises(StaleIndexError, match="covers 38 bytes"):
         tpudata.read_record_at(p, 1, wrong)
-    wrong[0, 1] += 1
+    wrong[:] = [[0, 20], [20, 19]]  # covers it, but disagrees with the file's framing
     with pytest.raises(CorruptRecordError, match="index says"):
         tpudata.read_record_at(p, 0, wrong)
+    with pytest.raises((CorruptRecordError, TruncatedRecordError)):
+        tpudata.read_record_at(p, 1, wrong)
     bad = tmp_path / "bad.idx"
     bad.write_text("0 20\nnot numbers\n")
     with pytest.raises(ValueError, match="bad.idx:2"):

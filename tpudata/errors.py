@@ -173,6 +173,37 @@ class SavedDatasetNotFoundError(SavedDatasetError, FileNotFoundError):
     """No complete ``Dataset.save`` at ``path`` (never saved there, or the save was interrupted)."""
 
 
+class StaleIndexError(DataLossError):
+    """A record index (``.idx``) that does not describe its TFRecord file as it is now: it does not
+    cover the whole file, or the file changed after the index was written. ``path`` names the
+    data file, ``index_path`` the index (``None`` for an index given as an array)."""
+
+    def __init__(self, message: str, path: str | None = None, index_path: str | None = None):
+        self.index_path = index_path
+        super().__init__(message, path, None)
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.path, self.index_path))
+
+
+class StateError(TpuDataError, ValueError):
+    """An iterator state that cannot be restored into this pipeline: it was taken from another
+    pipeline, it is damaged, or it names a file or a type the pipeline does not allow."""
+
+
+class UntrustedTypeError(TpuDataError, TypeError):
+    """A saved structure (metadata or iterator state) names a type that is not on the allow-list:
+    tpudata never imports a class named in a file. ``type_name`` is the ``module:qualname`` asked
+    for; pass the class itself (e.g. ``Dataset.load(path, namedtuples=[Point])``)."""
+
+    def __init__(self, message: str, type_name: str | None = None):
+        self.type_name = type_name
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.type_name))
+
+
 class InvalidImageError(TpuDataError, ValueError):
     """Image bytes that cannot be decoded, or a crop window outside the image (``index``: batch position)."""
 
@@ -255,10 +286,13 @@ __all__ = [
     "SharedMemoryFullError",
     "SpecError",
     "SplitError",
+    "StaleIndexError",
+    "StateError",
     "StaticShapeError",
     "StorageError",
     "TpuDataError",
     "TruncatedRecordError",
     "UnsupportedDtypeError",
+    "UntrustedTypeError",
     "WorkerError",
 ]

@@ -80,7 +80,10 @@ SPEC = {
 
 
 def tpudata_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("tpudata")]
+    """The threads of tpudata's pipelines: not the process's shared gs:// read pool
+    (tpudata._ranged), whose idle workers outlive a pipeline by design."""
+    return [t.name for t in threading.enumerate()
+            if t.name.startswith("tpudata") and not t.name.startswith("tpudata-gcs-read")]
 
 
 def tf_interleave_reference(inputs, make_sub, cycle_length, block_length):
@@ -109,3 +112,15 @@ def tf_interleave_reference(inputs, make_sub, cycle_length, block_length):
         else:
             cycle, block = (cycle + 1) % cycle_length, 0
     return out
+
+
+def evil_pickle(path) -> bytes:
+    """Pickle bytes that, when loaded, create the file ``path``: proof that loading ran code (any
+    code could run there)."""
+    import pickle
+
+    class Opens:
+        def __reduce__(self):
+            return (open, (str(path), "w"))
+
+    return pickle.dumps(Opens())

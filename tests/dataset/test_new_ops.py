@@ -279,8 +279,9 @@ def test_window_spec_and_cardinality_like_tf():
 def test_window_state_reads_the_buffer_again_instead_of_carrying_it():
     it = Dataset.range(100).window(40, shift=1).iterator()
     next(it)
-    state = json.dumps(it.get_state())
-    assert len(state) < 300  # the 39 buffered elements are not in the state
+    state = it.get_state()
+    del state["pipeline"]  # what the state says of its pipeline (~150 bytes here)
+    assert len(json.dumps(state)) < 300  # the 39 buffered elements are not in the state
 
 
 def test_group_by_window_errors():

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 
-import fsspec
 import numpy as np
 import pytest
-from fsspec.implementations.memory import MemoryFileSystem
 
 import tpudata
 from tests.dataset.helpers import outputs
+from tests.lockedfs import OPTIONS, PASSWORD, locked  # noqa: F401 (a fixture)
 from tpudata.dataset import Dataset, TFRecordDataset
 from tpudata.dataset.io.spill import prune_spilled, remove_spilled, spilled_files
 
@@ -35,7 +34,8 @@ def test_a_state_taken_twice_writes_its_spill_files_once(tmp_path):
         a = json.loads(json.dumps(it.get_state()))
         b = json.loads(json.dumps(it.get_state()))
     assert spilled_files(a) == spilled_files(b) and spilled_files(a)
-    assert _files(spill) == {u.rsplit("/", 1)[-1] for u in spilled_files(a)}
+    assert _files(spill) == set(spilled_files(a))  # states name their files (in spill_url)
+    assert spilled_files(a, str(spill)) == [str(spill / n) for n in spilled_files(a)]
 
 
 def test_spill_keep_removes_the_files_of_superseded_states(tmp_path):
@@ -66,8 +66,8 @@ def test_remove_and_prune_spilled(tmp_path):
                 next(it)
             states.append(json.loads(json.dumps(it.get_state())))
     assert len(_files(spill)) == sum(len(spilled_files(s)) for s in states)
-    removed = remove_spilled(states[0])  # its checkpoint was deleted
-    assert removed == spilled_files(states[0])
+    removed = remove_spilled(states[0], str(spill))  # its checkpoint was deleted
+    assert removed == spilled_files(states[0], str(spill))
     assert not any((spill / u.rsplit("/", 1)[-1]).exists() for u in removed)
     (spill / "unrelated.txt").write_text("kept")
     pruned = prune_spilled(str(spill), keep=[states[2]])
@@ -80,33 +80,8 @@ def test_remove_and_prune_spilled(tmp_path):
 
 
 # -- restores over a filesystem that needs storage_options ------------------------------------------
-PASSWORD = "s3cret"
-
-
-class LockedMemoryFileSystem(MemoryFileSystem):
-    """fsspec's in-memory filesystem under ``locked://`` that refuses to open without
-    ``storage_options={"password": PASSWORD}`` (as a bucket needs its credentials)."""
-
-    protocol = "locked"
-    store: dict = {}
-    pseudo_dirs = [""]
-
-    def __init__(self, *args, password=None, **kwargs):
-        if password != PASSWORD:
-            raise PermissionError("locked:// needs storage_options={'password': ...}")
-        super().__init__(*args, **kwargs)
-
-    @classmethod
-    def _strip_protocol(cls, path):
-        if path.startswith("locked://"):
-            path = path[len("locked://"):]
-        return MemoryFileSystem._strip_protocol(path)
-
-
 @pytest.fixture
-def locked_files():
-    fsspec.register_implementation("locked", LockedMemoryFileSystem, clobber=True)
-    LockedMemoryFileSystem.clear_instance_cache()
+def locked_files(locked):
     urls = []
     ident = 0
     for s in range(3):
@@ -115,12 +90,7 @@ def locked_files():
                               storage_options={"password": PASSWORD})
         ident += 200
         urls.append(url)
-    yield urls
-    LockedMemoryFileSystem.store.clear()
-    LockedMemoryFileSystem.clear_instance_cache()
-
-
-OPTIONS = {"password": PASSWORD}
+    return urls
 
 
 def open_locked(path):

@@ -13,7 +13,7 @@ import pytest
 
 import tpudata
 from tpudata import storage
-from tpudata.errors import CorruptRecordError, DataLossError, TruncatedRecordError
+from tpudata.errors import CorruptRecordError, DataLossError, StaleIndexError, TruncatedRecordError
 from tpudata.source import TFRecordSource
 from tpudata.tfrecord import IndexedTFRecordFile, build_index, write_records
 
@@ -124,11 +124,15 @@ def test_corruption_and_truncation_are_reported_with_file_and_offset(tmp_path):
     assert info.value.path == files[0] and info.value.offset == off
     assert str(off) in str(info.value)
     open(files[0], "wb").write(bytes(data[: int(idx[8, 0]) + 20]))
-    src = TFRecordSource(files, index=[idx], progress=False)
-    with pytest.raises(TruncatedRecordError, match="rebuild"):
-        src[8]
-    with pytest.raises(TruncatedRecordError):
+    with pytest.raises(StaleIndexError, match="rebuild") as stale:  # before any read
+        TFRecordSource(files, index=[idx], progress=False)[8]
+    assert stale.value.path == files[0]
+    with pytest.raises(StaleIndexError):
         IndexedTFRecordFile(files[0], idx)[9]
+    cut = idx.copy()
+    cut[8, 1] = len(data[: int(idx[8, 0]) + 20]) - int(idx[8, 0])  # covers the file: reads check
+    with pytest.raises(TruncatedRecordError, match="rebuild"):
+        TFRecordSource(files, index=[cut[:9]], progress=False)[8]
 
 
 def test_compressed_files_get_a_clear_error(tmp_path):

@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from tpudata._keywords import strict_keywords
 from tpudata.dataset.core import registry
 from tpudata.dataset.core.iterator import BlockIterator, Cursor, IterContext, Iterator
 from tpudata.dataset.core.state import from_jsonable, jsonable
@@ -190,14 +191,15 @@ class Dataset:
         return RandomDataset(seed, rerandomize_each_iteration)
 
     @staticmethod
+    @strict_keywords
     def list_files(file_pattern, shuffle: bool | None = None, seed: int | None = None,
-                   storage_options: dict | None = None, **unknown):
+                   storage_options: dict | None = None):
         """Files matching ``file_pattern`` (a glob or list of globs). As in TF they are shuffled
         unless ``shuffle=False`` (then sorted like TF's MatchingFiles); give ``seed`` when
         several hosts ``shard()`` the list, so that they agree on the order."""
         list_files = registry.lookup("list_files")
 
-        return list_files(file_pattern, shuffle, seed, storage_options, **unknown)
+        return list_files(file_pattern, shuffle, seed, storage_options)
 
     @staticmethod
     def from_generator(generator: Callable, output_types=None, output_shapes=None, args=None,
@@ -215,15 +217,22 @@ class Dataset:
     @staticmethod
     def load(path: str, element_spec=None, compression: str | None = None,
              reader_func: Callable | None = None, wait: bool = False, *,
-             storage_options: dict | None = None) -> "Dataset":
+             storage_options: dict | None = None, namedtuples=(),
+             verify: bool = False) -> "Dataset":
         """A dataset written by :meth:`save` at ``path`` (any fsspec URL), in the saved order,
         with its element spec and cardinality. ``element_spec`` (optional) must match the saved
         one; ``reader_func(datasets)`` reads the per-shard datasets another way; ``wait=True``
-        waits for a save in progress to complete. Not TensorFlow's snapshot format."""
+        waits for a save in progress to complete. Not TensorFlow's snapshot format.
+
+        The metadata is data only: namedtuple elements need their classes passed
+        (``namedtuples=[Point]``, or an ``element_spec`` built with them), never imported by
+        name. Each shard's size is checked on opening (its CRC32C too with ``verify=True``,
+        which reads every shard once) and its record count when read to its end."""
         LoadDataset = registry.lookup("LoadDataset")
 
         return LoadDataset(path, element_spec, compression, reader_func, wait,
-                           storage_options=storage_options)
+                           storage_options=storage_options, namedtuples=namedtuples,
+                           verify=verify)
 
     @staticmethod
     def choose_from_datasets(datasets, choice_dataset: "Dataset",
@@ -290,10 +299,11 @@ class Dataset:
 
         Checkpoints name buffered TFRecord records by file and offset; other buffered elements
         are carried in the state, or - above ``spill_bytes`` with ``spill_url`` set (e.g. the
-        checkpoint's directory) - written to a file there that the state names. Those files
-        belong to the states naming them: ``spill_keep=N`` removes the files of states older
-        than the iterator's last N; ``tpudata.dataset.io.spill.remove_spilled(state)`` removes a
-        deleted checkpoint's files, ``prune_spilled(spill_url, keep=states)`` any others.
+        checkpoint's directory) - written to a file there that the state names (by file name: a
+        restore reads it from this ``spill_url`` only). Those files belong to the states naming
+        them: ``spill_keep=N`` removes the files of states older than the iterator's last N;
+        ``tpudata.dataset.io.spill.remove_spilled(state, spill_url)`` removes a deleted
+        checkpoint's files, ``prune_spilled(spill_url, keep=states)`` any others.
         """
         ShuffleDataset = registry.lookup("ShuffleDataset")
 

@@ -15,6 +15,8 @@ consumer blocked in ``next()`` on another thread wakes up and gets ``StopIterati
 from __future__ import annotations
 
 import logging
+import numbers
+import os
 import threading
 import time
 
@@ -259,6 +261,20 @@ class Cursor:
             skip -= block.n
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _raised_by_user_code(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised in code outside tpudata and numpy (a user's function)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return False
+    path = os.path.abspath(tb.tb_frame.f_code.co_filename)
+    return not path.startswith(_PACKAGE + os.sep) and f"{os.sep}numpy{os.sep}" not in path
+
+
 class Iterator:
     """Iterates a Dataset element by element (elements are numpy values / bytes / structures).
 
@@ -275,9 +291,14 @@ class Iterator:
         self._lock = threading.RLock()  # held by the consumer inside next()/set_state()
         self._closed = False
         self._chain_closed = False
+        self._record: dict | None = None  # what a state records of the pipeline
         self._build(iteration)
         if state is not None:
-            self.set_state(state)
+            try:
+                self.set_state(state)
+            except BaseException:
+                self.close()  # a state that cannot be restored leaves no threads running
+                raise
 
     def _build(self, iteration: int) -> None:
         from tpudata.dataset.core.options import options_of
@@ -330,23 +351,69 @@ class Iterator:
 
     def get_state(self) -> dict:
         with self._lock:
-            state = {"iteration": self._iteration, "cursor": self._cursor.get_state()}
+            state = {"iteration": self._iteration, "cursor": self._cursor.get_state(),
+                     "pipeline": self._pipeline()}
             if self._random:  # unseeded random ops go on with the saving run's seeds
                 state["seeds"] = [int(node._drawn_seed()) for node in self._random]
             return jsonable(state)
 
-    def set_state(self, state: dict) -> None:
-        from tpudata.dataset.core.seeds import restore_seeds
+    def _pipeline(self) -> dict:
+        """``{"fingerprint", "ops"}`` of this iterator's pipeline (computed once)."""
+        if self._record is None:
+            from tpudata.dataset.core.fingerprint import pipeline_record
 
-        state = from_jsonable(state)
-        with self._lock:
-            reseeded = restore_seeds(self._random, state.get("seeds") or [])
-            iteration = int(state["iteration"])
-            if reseeded or iteration != self._iteration:  # rebuilt with those seeds / epoch
-                self._it.close()
-                self._iteration = iteration
-                self._build(iteration)
-            self._cursor.set_state(state["cursor"])
+            self._record = pipeline_record(self._dataset)
+        return self._record
+
+    def set_state(self, state: dict) -> None:
+        """Restore ``state`` (from :meth:`get_state`). A state taken from another pipeline, or
+        one that does not fit this one, raises :class:`~tpudata.errors.StateError` saying so."""
+        from tpudata.dataset.core.seeds import restore_seeds
+        from tpudata.errors import TpuDataError
+
+        self._check_pipeline(state)
+        try:
+            state = from_jsonable(state)
+            with self._lock:
+                reseeded = restore_seeds(self._random, state.get("seeds") or [])
+                iteration = int(state["iteration"])
+                if reseeded or iteration != self._iteration:  # rebuilt with those seeds / epoch
+                    self._it.close()
+                    self._iteration = iteration
+                    self._build(iteration)
+                self._cursor.set_state(state["cursor"])
+        except (TpuDataError, OSError):
+            raise  # says what is wrong (a file missing or damaged, a type not allowed, ...)
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+            from tpudata.errors import StateError
+
+            if _raised_by_user_code(exc):
+                raise  # a user function failed while the restore ran the pipeline
+
+            taken = "" if "pipeline" in state else (
+                " (the state records no pipeline: it was taken by an older tpudata; restore it "
+                "into the pipeline that took it)")
+            raise StateError(
+                f"cannot restore the state into {self._pipeline()['ops']}: it does not fit this "
+                f"pipeline{taken} ({type(exc).__name__}: {exc})") from exc
+
+    def _check_pipeline(self, state) -> None:
+        from tpudata.errors import StateError
+
+        if not isinstance(state, dict) or not isinstance(state.get("cursor"), dict) or \
+                not isinstance(state.get("iteration"), numbers.Integral):
+            keys = sorted(state)[:8] if isinstance(state, dict) else type(state).__name__
+            raise StateError(f"not an iterator state (from Iterator.get_state()): {keys}")
+        saved = state.get("pipeline")
+        if saved is None:
+            return  # taken by an older tpudata: restored as before
+        ours = self._pipeline()
+        if not isinstance(saved, dict) or saved.get("fingerprint") != ours["fingerprint"]:
+            theirs = saved.get("ops") if isinstance(saved, dict) else saved
+            raise StateError(
+                "this state belongs to another pipeline: it was taken from\n"
+                f"    {str(theirs)[:4000]}\nbut it is being restored into\n    {ours['ops']}\n"
+                "(restore it into the pipeline that took it: same ops, sizes and counts)")
 
     def _close_chain(self) -> None:
         if not self._chain_closed:

@@ -101,28 +101,89 @@ def leaf_paths(tree: Tree, prefix: str = "") -> list[str]:
     return out
 
 
+def type_name(kind: type) -> str:
+    """How a JSON structure names a namedtuple class: ``"module:qualname"``."""
+    return f"{kind.__module__}:{kind.__qualname__}"
+
+
 def tree_to_json(tree: Tree):
     """A JSON form of ``tree`` (namedtuples are saved by their module and name)."""
     if tree.kind == "leaf":
         return "*"
     kind = tree.kind
     if not isinstance(kind, str):
-        kind = f"namedtuple:{kind.__module__}:{kind.__qualname__}"
+        kind = f"namedtuple:{type_name(kind)}"
     return {"kind": kind, "keys": None if tree.keys is None else list(tree.keys),
             "children": [tree_to_json(c) for c in tree.children]}
 
 
-def tree_from_json(obj) -> Tree:
-    """Inverse of :func:`tree_to_json`."""
+def namedtuple_types(*structures) -> dict:
+    """``{"module:qualname": class}`` of every namedtuple class in ``structures`` (trees,
+    structures of values or specs, or namedtuple classes): an allow-list for
+    :func:`tree_from_json`."""
+    found: dict = {}
+
+    def walk(obj, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            return
+        if isinstance(obj, Tree):
+            if not isinstance(obj.kind, str):
+                found[type_name(obj.kind)] = obj.kind
+            for child in obj.children:
+                walk(child, depth + 1)
+        elif isinstance(obj, type):
+            if issubclass(obj, tuple) and hasattr(obj, "_fields"):
+                found[type_name(obj)] = obj
+        elif isinstance(obj, (dict, tuple)):
+            walk(flatten(obj)[0], depth + 1)
+
+    for s in structures:
+        walk(s, 0)
+    return found
+
+
+MAX_DEPTH = 100  # nesting a JSON structure may have (deeper ones are refused, not recursed into)
+
+
+def tree_from_json(obj, types=None) -> Tree:
+    """Inverse of :func:`tree_to_json`. Data only: a namedtuple is resolved from ``types``
+    (``{"module:qualname": class}``, see :func:`namedtuple_types`), never imported; one that is
+    not there raises :class:`~tpudata.errors.UntrustedTypeError`. A malformed structure raises
+    ValueError."""
+    return _tree_from_json(obj, types or {}, 0)
+
+
+def _tree_from_json(obj, types, depth: int) -> Tree:
+    from tpudata.errors import UntrustedTypeError
+
     if obj == "*":
         return LEAF
-    kind = obj["kind"]
-    if kind.startswith("namedtuple:"):
-        import importlib
-
-        _, module, name = kind.split(":", 2)
-        kind = importlib.import_module(module)
-        for part in name.split("."):
-            kind = getattr(kind, part)
-    keys = None if obj["keys"] is None else tuple(obj["keys"])
-    return Tree(kind, keys, [tree_from_json(c) for c in obj["children"]])
+    if depth > MAX_DEPTH or not isinstance(obj, dict):
+        raise ValueError(f"not a structure node: {str(obj)[:80]!r}")
+    kind, keys, children = obj.get("kind"), obj.get("keys"), obj.get("children")
+    if not isinstance(children, list) or not (keys is None or isinstance(keys, list)):
+        raise ValueError(f"a structure node needs a list of children (and keys): {str(obj)[:80]!r}")
+    if keys is not None and (len(keys) != len(children) or
+                             not all(isinstance(k, str) for k in keys)):
+        raise ValueError(f"a structure node's keys must be strings, one per child: {keys!r}"[:200])
+    if kind == "dict":
+        if keys is None:
+            raise ValueError("a dict node without keys")
+    elif kind == "tuple":
+        if keys is not None:
+            raise ValueError("a tuple node with keys")
+    elif isinstance(kind, str) and kind.startswith("namedtuple:"):
+        name = kind[len("namedtuple:"):]
+        if name not in types:
+            raise UntrustedTypeError(
+                f"the structure names the namedtuple {name!r}, which is not among the classes "
+                f"allowed here ({', '.join(sorted(types)) or 'none'}); tpudata never imports a "
+                "class named in a file: pass the class itself", name)
+        kind = types[name]
+        if keys is None or tuple(keys) != tuple(kind._fields):
+            raise ValueError(f"the namedtuple {name!r} has the fields {kind._fields}, but the "
+                             f"structure has {keys}")
+    else:
+        raise ValueError(f"unknown structure kind {str(kind)[:80]!r}")
+    keys = None if keys is None else tuple(keys)
+    return Tree(kind, keys, [_tree_from_json(c, types, depth + 1) for c in children])

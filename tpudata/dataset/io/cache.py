@@ -4,8 +4,13 @@ As in tf.data, a pass that stops early leaves no cache, and later passes (e.g. u
 ``.repeat()``) replay the cached elements in the cached order. A file cache streams: elements
 are written in parts of about ``PART_BYTES`` while the first pass runs (memory stays bounded),
 and the pass finalises by writing ``_complete.json`` atomically, which names the parts. Only
-a complete marker makes a cache; an interrupted pass removes the parts it wrote. Parts are
-Python pickles, so only point ``cache(url)`` at storage you trust.
+a complete marker makes a cache; an interrupted pass removes the parts it wrote, and what a
+killed pass left (parts no marker names, temporaries) is removed by a later run once an hour old
+(younger ones may be a live writer's). Parts are Python pickles behind a format header and a
+CRC32C (:mod:`tpudata.dataset.io.checked`), found only by the marker's token in the cache's own
+directory and checked once per part (with its element count) when read: only point
+``cache(url)`` at storage you trust. A cache written by an older tpudata (no checksums) is
+rebuilt, with a warning.
 
 State is element-exact: while filling, the input's position; while replaying, the number of
 cached elements read. A replay checkpoint restored where the cache is missing (an in-memory
@@ -16,7 +21,8 @@ from __future__ import annotations
 
 import json
 import logging
-import pickle
+import os
+import re
 import secrets
 import threading
 
@@ -25,11 +31,17 @@ from tpudata import storage
 from tpudata.dataset.core.base import BlockIterator, Dataset
 from tpudata.dataset.core.block import Block
 from tpudata.dataset.core.iterator import Cursor, IterContext
+from tpudata.dataset.io import checked
+from tpudata.errors import DataLossError
 
 logger = logging.getLogger(__name__)
 
 _MARKER = "_complete.json"
 PART_BYTES = 8 << 20
+FORMAT = "tpudata.cache"
+KIND = "cache"
+_TOKEN = re.compile(r"[0-9a-f]{1,32}")
+_PART = re.compile(r"part-(?P<token>[0-9a-f]{1,32})-\d{5,}\.pkl")
 
 
 class CacheDataset(Dataset):
@@ -42,6 +54,7 @@ class CacheDataset(Dataset):
         # (same order as the cache would replay) and may complete the cache themselves
         self._writer_path: tuple | None = None
         self._cache_lock = threading.Lock()
+        self._tidied = False
 
     def __getstate__(self):
         state = super().__getstate__()
@@ -52,22 +65,45 @@ class CacheDataset(Dataset):
     def __setstate__(self, state):
         super().__setstate__(state)
         self._cache_lock = threading.Lock()
+        self._tidied = False
 
     def _complete(self) -> dict | None:
         """``{"counts": [elements per part], "path": ..., "token": ...}`` once complete."""
         if self._memory is not None:
             return self._memory
-        if self.url and storage.exists(storage.join(self.url, _MARKER)):
-            return json.loads(storage.read_bytes(storage.join(self.url, _MARKER)))
-        return None
+        if not self.url:
+            return None
+        url = storage.join(self.url, _MARKER)
+        try:
+            raw = storage.read_bytes(url)
+        except FileNotFoundError:
+            return None
+        return _read_marker(raw, url)
 
     def _load(self, info: dict, i: int) -> Block:
         if "blocks" in info:
             return info["blocks"][i]
-        name = f"part-{info['token']}-{i:05d}.pkl"
-        return pickle.loads(storage.read_bytes(storage.join(self.url, name)))
+        url = storage.join(self.url, f"part-{info['token']}-{i:05d}.pkl")
+        block = checked.unpack(storage.read_bytes(url), url, KIND, legacy=False)
+        if not isinstance(block, Block) or block.n != info["counts"][i]:
+            got = block.n if isinstance(block, Block) else type(block).__name__
+            raise DataLossError(f"damaged cache part: {got} elements, the cache's marker says "
+                                f"{info['counts'][i]} (delete the cache directory to rebuild it)",
+                                url)
+        return block
+
+    def _tidy(self) -> None:
+        """Once per process: remove what killed passes left in the cache directory."""
+        if self._tidied or not self.url or not storage.is_local(self.url):
+            return
+        self._tidied = True
+        try:
+            remove_orphans(self.url, self._complete())
+        except (OSError, DataLossError) as exc:  # best effort: never in the way of a pass
+            logger.warning("could not tidy the cache directory %s: %s", self.url, exc)
 
     def _make_iterator(self, ctx):
+        self._tidy()
         info = self._complete()
         if info is not None:
             return _ReplayIterator(self, info)
@@ -83,6 +119,54 @@ class CacheDataset(Dataset):
         from tpudata.dataset.core.spec import _static
 
         return _static(self.input)
+
+
+def _read_marker(raw: bytes, url: str) -> dict | None:
+    """The checked content of a ``_complete.json``; None for an older tpudata's (rebuilt)."""
+    try:
+        info = json.loads(raw)
+        if isinstance(info, dict) and "format" not in info and "token" in info:
+            logger.warning("the cache at %s was written by an older tpudata (no checksums): "
+                           "rebuilding it", url)
+            return None
+        if info.get("format") != FORMAT or int(info["version"]) > 1:
+            raise ValueError(f"format {info.get('format')!r} version {info.get('version')!r}")
+        if not isinstance(info["token"], str) or not _TOKEN.fullmatch(info["token"]):
+            raise ValueError(f"token {str(info['token'])[:40]!r} is not a cache token")
+        counts = info["counts"]
+        if not isinstance(counts, list) or not all(
+                type(c) is int and c >= 0 for c in counts):
+            raise ValueError("counts are not element counts")
+        path = info.get("path")
+        if path is not None and not (isinstance(path, list) and
+                                     all(type(p) is int for p in path)):
+            raise ValueError("path is not an iteration path")
+        return info
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DataLossError(f"damaged cache marker ({type(exc).__name__}: {exc}); delete the "
+                            "cache directory to rebuild the cache", url) from None
+
+
+def remove_orphans(url: str, info: dict | None) -> list[str]:
+    """Remove the parts in the local cache directory ``url`` that the marker ``info`` does not
+    name, once every part of their pass is older than ``checked.STALE_SECONDS`` (a younger pass
+    may still be writing), and killed writers' temporaries; returns the removed paths."""
+    removed = checked.remove_leftovers(url, ("part-", _MARKER))
+    keep = None if info is None or "token" not in info else info["token"]
+    passes: dict[str, list[str]] = {}
+    for name in os.listdir(storage.local_path(url)):
+        m = _PART.fullmatch(name)
+        if m and m.group("token") != keep:
+            passes.setdefault(m.group("token"), []).append(storage.join(url, name))
+    for parts in passes.values():
+        ages = [checked.age_seconds(p) for p in parts]
+        if all(a is not None and a >= checked.STALE_SECONDS for a in ages):
+            for p in parts:
+                storage.remove(p)
+            removed += parts
+    if removed:
+        logger.info("removed %d file(s) of killed cache passes from %s", len(removed), url)
+    return removed
 
 
 class _ReplayIterator(BlockIterator):
@@ -151,7 +235,7 @@ class _Writer:
             storage.makedirs(self.ds.url)
         name = storage.join(self.ds.url, f"part-{self.token}-{len(self.counts):05d}.pkl")
         with storage.open_atomic(name) as f:
-            f.write(pickle.dumps(block, protocol=pickle.HIGHEST_PROTOCOL))
+            checked.write(f, block, KIND)
         self.written.append(name)
         self.counts.append(block.n)
 
@@ -166,7 +250,8 @@ class _Writer:
                 return
             self._flush()
             storage.makedirs(ds.url)
-            info = {"counts": self.counts, "path": self.path, "token": self.token}
+            info = {"format": FORMAT, "version": 1, "counts": self.counts, "path": self.path,
+                    "token": self.token}
             with storage.open_atomic(storage.join(ds.url, _MARKER)) as f:
                 f.write(json.dumps(info).encode())
             logger.info("cached %d elements in %d parts at %s", sum(self.counts),

@@ -4,7 +4,10 @@ Like ``tf.data.Dataset.save``: elements go to shards round-robin (or by ``shard_
 ``Dataset.load`` reads them back. The directory is published atomically: each shard appears
 complete, and the metadata naming them (:data:`~tpudata.dataset.io.saved_format.METADATA`) is
 written last, so an interrupted save is never loadable; a save over an earlier one replaces it
-when it completes and then removes the earlier shards. The format is tpudata's own (see
+when it completes and then removes every shard the new metadata does not name (the earlier
+save's, and those of a save that was killed), and a save starts by removing the temporaries a
+killed save left (one save at a time per directory). The metadata holds each shard's record
+count, byte size and CRC32C, which ``Dataset.load`` checks. The format is tpudata's own (see
 :mod:`tpudata.dataset.io.saved_format`), not TensorFlow's.
 
 >>> import tempfile
@@ -22,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import secrets
 from typing import Callable
 
@@ -35,11 +39,31 @@ from tpudata.dataset.io.saved_format import (
 )
 from tpudata.errors import SpecError
 from tpudata.tfrecord.compression import normalize_compression
+from tpudata.tfrecord.framing import crc32c
 from tpudata.tfrecord.writer import TFRecordWriter
 
 logger = logging.getLogger(__name__)
 
 _SUFFIX = {"": ".tfrecord", "GZIP": ".tfrecord.gz", "ZLIB": ".tfrecord.zz"}
+SHARD_NAME = re.compile(r"shard-[0-9a-f]{1,32}-\d{5,}\.tfrecord(\.gz|\.zz)?")
+
+
+class _Summed:
+    """An atomic file that counts and CRC32Cs the bytes written to it (the shard's checksum)."""
+
+    def __init__(self, url: str, storage_options: dict):
+        self.name = url
+        self.sink = storage.open_atomic(url, **storage_options)
+        self.size = 0
+        self.crc = 0
+
+    def write(self, data) -> int:
+        self.size += memoryview(data).nbytes
+        self.crc = crc32c(data, self.crc)
+        return self.sink.write(data)
+
+    def flush(self) -> None:
+        self.sink.flush()
 
 
 def _declared_leaves(spec) -> tuple:
@@ -108,8 +132,10 @@ def save(ds, path: str, compression: str | None = None, shard_func: Callable | N
     tree, declared = _declared_leaves(ds.element_spec)
     names = leaf_paths(tree)
     storage.check_writable(path, **so)  # makes the directory; fails fast on a bad URL
+    storage.cleanup_temporaries(path, prefix=("shard-", METADATA), **so)  # of a killed save
     token = secrets.token_hex(4)
     writers: dict[int, TFRecordWriter] = {}
+    sinks: dict[int, _Summed] = {}
     leaves: list | None = None
     total = ds.cardinality()
     from tqdm.auto import tqdm
@@ -124,7 +150,8 @@ def save(ds, path: str, compression: str | None = None, shard_func: Callable | N
             w = writers.get(sid)
             if w is None:
                 url = storage.join(path, f"shard-{token}-{sid:05d}{_SUFFIX[comp]}")
-                w = writers[sid] = TFRecordWriter(url, comp, storage_options=so)
+                sinks[sid] = _Summed(url, so)
+                w = writers[sid] = TFRecordWriter(sinks[sid], comp)
             return w
 
         with ds.iterator() as it:
@@ -160,22 +187,24 @@ def save(ds, path: str, compression: str | None = None, shard_func: Callable | N
             leaves = [_spec_leaf(d) for d in declared]
         shards = []
         for sid in sorted(writers):
-            w = writers[sid]
+            w, sink = writers[sid], sinks[sid]
             w.close()
-            published.append(w.url)
-            shards.append({"file": w.url.rsplit("/", 1)[-1], "shard_id": sid,
-                           "records": w.records_written})
+            sink.sink.close()
+            published.append(sink.name)
+            shards.append({"file": sink.name.rsplit("/", 1)[-1], "shard_id": sid,
+                           "records": w.records_written, "bytes": sink.size,
+                           "crc32c": f"{sink.crc:08x}"})
         meta = {"format": FORMAT, "version": VERSION, "compression": comp,
                 "structure": tree_to_json(tree), "leaves": [x.to_json() for x in leaves],
                 "leaf_names": names, "cardinality": sum(s["records"] for s in shards),
                 "round_robin": shard_func is None, "shards": shards}
-        old = _old_files(path, so)
         with storage.open_atomic(storage.join(path, METADATA), **so) as f:
             f.write(json.dumps(meta, indent=1).encode())
     except BaseException:
-        for w in writers.values():
+        for sid, w in writers.items():
             if not w.closed:
                 w.abort()
+            sinks[sid].sink.abort()  # a no-op once published
         for url in published:  # shards no metadata names: never loadable, removed
             try:
                 storage.remove(url, **so)
@@ -184,22 +213,24 @@ def save(ds, path: str, compression: str | None = None, shard_func: Callable | N
         raise
     finally:
         bar.close()
-    for url in old:  # the earlier save at this path, now replaced
-        if url not in published:
-            try:
-                storage.remove(url, **so)
-            except Exception as exc:  # best effort: the new metadata does not name them
-                logger.warning("save(): could not remove %s of the earlier save: %s", url, exc)
+    for url in _unnamed_shards(path, published, so):  # an earlier or a killed save's
+        try:
+            storage.remove(url, **so)
+        except Exception as exc:  # best effort: the new metadata does not name them
+            logger.warning("save(): could not remove %s of an earlier save: %s", url, exc)
     logger.info("saved %d elements in %d shards to %s", meta["cardinality"], len(shards), path)
 
 
-def _old_files(path: str, so: dict) -> list[str]:
-    """The shards named by an earlier save's metadata at ``path`` (removed once replaced)."""
+def _unnamed_shards(path: str, published: list, so: dict) -> list[str]:
+    """The shard files at ``path`` that the metadata just written does not name."""
     try:
-        meta = json.loads(storage.read_bytes(storage.join(path, METADATA), **so))
-        return [storage.join(path, s["file"]) for s in meta["shards"]]
-    except Exception:  # nothing (or nothing readable) saved here before
+        found = storage.glob(storage.join(path, "shard-*"), **so)
+    except Exception as exc:  # best effort: leftovers stay, the save is complete
+        logger.warning("save(): could not list %s for leftover shards: %s", path, exc)
         return []
+    names = {url.rsplit("/", 1)[-1] for url in published}
+    return [url for url in found if SHARD_NAME.fullmatch(url.rsplit("/", 1)[-1])
+            and url.rsplit("/", 1)[-1] not in names]
 
 
 __all__ = ["save"]

@@ -81,9 +81,13 @@ def dtype_from_name(name: str) -> np.dtype:
         from tpudata._extras import ml_dtypes  # bfloat16 and friends: registered on import
 
         module = ml_dtypes(f"a saved {name} tensor")
-        if not hasattr(module, name):
-            raise TypeError(f"unknown dtype {name!r} in a saved dataset's element spec") from None
-        return np.dtype(getattr(module, name))
+        found = getattr(module, name, None) if isinstance(name, str) and name.isidentifier() \
+            and not name.startswith("_") else None
+        # only a numpy scalar type that ml_dtypes defines: a name in a file selects, never calls
+        if not (isinstance(found, type) and issubclass(found, np.generic)):
+            raise TypeError(f"unknown dtype {str(name)[:40]!r} in a saved dataset's element "
+                            "spec") from None
+        return np.dtype(found)
 
 
 def leaf_of(value, declared=None) -> Leaf:

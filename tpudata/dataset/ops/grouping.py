@@ -25,7 +25,8 @@ from tpudata.dataset.core.base import BlockIterator, Cursor, Dataset
 from tpudata.dataset.core.block import as_column
 from tpudata.dataset.core.common import _Unary, input_spec
 from tpudata.dataset.ops.map import call, function_name
-from tpudata.dataset.core.nest import flatten, tree_from_json, tree_to_json, unflatten
+from tpudata.dataset.core.fingerprint import state_tree
+from tpudata.dataset.core.nest import flatten, tree_to_json, unflatten
 
 
 def _scalar_int(value, what: str) -> int:
@@ -166,7 +167,7 @@ class _GroupIterator(BlockIterator):
         self.close_current()
         self.cursor.set_state(state["input"])
         self.end_of_input = bool(state["end_of_input"])
-        self.tree = None if state["tree"] is None else tree_from_json(state["tree"])
+        self.tree = None if state["tree"] is None else state_tree(state["tree"], self.ds.input)
         self.groups = {int(k): [list(from_jsonable(c)) for c in cols]
                        for k, cols in state["groups"]}
         self.sizes = {int(k): int(v) for k, v in state["sizes"]}

@@ -17,7 +17,6 @@ again (random access); otherwise the state carries the elements themselves, as t
 from __future__ import annotations
 
 import concurrent.futures as cf
-import pickle
 import struct
 import weakref
 
@@ -27,7 +26,8 @@ from tpudata.dataset.core import registry
 from tpudata import storage
 from tpudata.dataset.core.base import BlockIterator, Cursor, Dataset
 from tpudata.dataset.core.block import LEAF, Block, Origin, RecordColumn, as_column, leaf_nbytes
-from tpudata.dataset.core.nest import tree_from_json, tree_to_json
+from tpudata.dataset.core.fingerprint import state_tree
+from tpudata.dataset.core.nest import tree_to_json
 from tpudata.dataset.core.seeds import ProcessSeeded
 from tpudata.dataset.io.spill import Spills
 from tpudata.example.parse import VarLenValues
@@ -398,15 +398,25 @@ class _ShuffleIterator(BlockIterator):
             saved = elements.saved
         else:
             saved = elements
-        self.tree = tree_from_json(saved["tree"])
+        self.tree = state_tree(saved["tree"], self.ds.input)
         self.kinds = [_kind_from_json(k) for k in saved["kinds"]]
         self.nleaves = len(self.kinds)
         self.track = False
         if isinstance(elements, _Carried):  # an internal snapshot (same process)
             return [c.copy() for c in elements.leaves]
-        if "spilled" in elements:
-            return pickle.loads(storage.read_bytes(elements["spilled"]))
-        return [np.asarray(c) if not isinstance(c, np.ndarray) else c for c in elements["cols"]]
+        if "spilled" in elements:  # a file in this shuffle's spill_url, never a path of the state
+            cols = self.spills.read(elements["spilled"])
+        else:
+            cols = [np.asarray(c) if not isinstance(c, np.ndarray) else c
+                    for c in elements["cols"]]
+        if not isinstance(cols, list) or len(cols) != self.tree.num_leaves or \
+                len(cols) != self.nleaves or any(
+                    not isinstance(c, np.ndarray) or c.ndim < 1 or len(c) != n for c in cols):
+            from tpudata.errors import StateError
+
+            raise StateError(f"the state's buffered elements do not fit it: {n} elements of "
+                             f"{self.tree.num_leaves} leaves expected")
+        return cols
 
     def get_state(self):
         if self._saved is None:  # asked again and again between steps: computed once
@@ -436,6 +446,11 @@ class _ShuffleIterator(BlockIterator):
             self.pending_n = int(state["pending_n"])
             self.pending = self._decode(state["pending"], self.pending_n)
         n = int(state["n"])
+        if not 0 <= n <= self.size or self.phase not in ("fill", "steady", "drain", "done"):
+            from tpudata.errors import StateError
+
+            raise StateError(f"the state holds {n} buffered elements in phase "
+                             f"{str(self.phase)[:20]!r}; this shuffle's buffer_size is {self.size}")
         if "buffer" not in state:
             return
         cols = self._decode(state["buffer"], n)
