@@ -70,6 +70,62 @@ def test_flips_and_dtype_conversion():
     assert str(bf.dtype) == "bfloat16" and float(bf[0]) == 1.0
 
 
+FLOATS = ["float64", "float32", "float16", "bfloat16"]
+
+
+def _bfloat16():
+    return pytest.importorskip("ml_dtypes").bfloat16
+
+
+def _golden_array(key: str, dtype: str) -> np.ndarray:
+    a = G[key]
+    return a.view(_bfloat16()) if dtype == "bfloat16" else a
+
+
+@pytest.mark.parametrize("src", ["uint8", "uint16", "int8", "int16", "int32"])
+@pytest.mark.parametrize("dst", FLOATS)
+def test_convert_image_dtype_integers_to_floats_bit_identical_to_tensorflow(src, dst):
+    """Every uint8 value (and a spread of other integers): cast, then multiply by 1/max rounded to
+    the output dtype, in the output dtype (uint8 -> bfloat16: bfloat16(x) * bfloat16(1/255))."""
+    got = ti.convert_image_dtype(G[f"dtype/in/{src}"], "bfloat16" if dst == "bfloat16" else np.dtype(dst))
+    want = _golden_array(f"dtype/{src}/{dst}", dst)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.view(np.uint16) if dst == "bfloat16" else got,
+                                  want.view(np.uint16) if dst == "bfloat16" else want)
+
+
+@pytest.mark.parametrize("src", FLOATS)
+@pytest.mark.parametrize("dst", FLOATS + ["uint8", "uint16", "int16", "int32"])
+def test_convert_image_dtype_floats_bit_identical_to_tensorflow(src, dst):
+    if src == dst:
+        return
+    x = _golden_array(f"dtype/in/{src}", src)
+    got = ti.convert_image_dtype(x, "bfloat16" if dst == "bfloat16" else np.dtype(dst))
+    want = _golden_array(f"dtype/{src}/{dst}", dst)
+    assert got.dtype == want.dtype
+    if f"dtype/{src}/{dst}/defined" in G:  # x * (max + 0.5) past max: TensorFlow's own cast is undefined
+        ok = G[f"dtype/{src}/{dst}/defined"]
+        got, want = got[ok], want[ok]
+        assert ok.mean() > 0.99 or (src, dst) in {("float16", "uint16"), ("float16", "int32")}  # float16(max+.5)=inf
+    if dst in ("bfloat16", "float16"):
+        got, want = got.view(np.uint16), want.view(np.uint16)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("src", FLOATS)
+@pytest.mark.parametrize("dst", ["uint8", "int16", "int32"])
+def test_convert_image_dtype_saturate_bit_identical_to_tensorflow(src, dst):
+    x = _golden_array(f"dtype_saturate/in/{src}", src)
+    np.testing.assert_array_equal(ti.convert_image_dtype(x, np.dtype(dst), saturate=True),
+                                  G[f"dtype_saturate/{src}/{dst}"])
+
+
+def test_bfloat16_white_to_uint8_saturates():
+    """bfloat16 1.0 * bfloat16(255.5) = 256: TensorFlow's vectorised cast saturates it to 255."""
+    x = np.ones(16, _bfloat16())
+    assert ti.convert_image_dtype(x, np.uint8).tolist() == [255] * 16
+
+
 def test_normalize_per_channel():
     x = np.full((2, 2, 3), 0.5, np.float32)
     out = ti.normalize(x, ti.IMAGENET_MEAN, ti.IMAGENET_STDDEV)

@@ -39,3 +39,24 @@ def test_resize_at_imagenet_size(method, antialias):
     got = ti.resize(src, (224, 224), method=method, antialias=antialias)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)  # exact (the issue asks 1e-4)
+
+
+@needs_kernel
+@pytest.mark.parametrize("size", [160, 192, 256, 288, 299, 320, 384])
+def test_eval_preset_is_tensorflow_tpus_at_other_sizes(size):
+    """tensorflow/tpu's preprocess_for_eval (the 2023 file, as tests/data/make_image_golden.py
+    copies it), float32 and bfloat16, against output="0-255": bit for bit."""
+    import ml_dtypes
+
+    from tests.data.make_image_golden import preprocess_for_eval
+
+    rng = np.random.default_rng(size)
+    images = [jpeg(int(rng.integers(200, 520)), int(rng.integers(200, 520)), seed=size + i,
+                   subsampling=i % 3) for i in range(3)] + [jpeg(13, 17, seed=size)]
+    batch = ti.resnet_preprocess_batch(images, False, size, output="0-255")
+    for i, data in enumerate(images):
+        np.testing.assert_array_equal(batch[i], preprocess_for_eval(data, False, size).numpy())
+        np.testing.assert_array_equal(ti.resnet_preprocess(data, False, size, output="0-255"), batch[i])
+    bf16 = ti.resnet_preprocess(images[0], False, size, dtype=ml_dtypes.bfloat16, output="0-255")
+    np.testing.assert_array_equal(bf16.view(np.uint16),
+                                  preprocess_for_eval(images[0], True, size).numpy().view(np.uint16))

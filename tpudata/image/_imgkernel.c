@@ -149,6 +149,7 @@ typedef struct {
     int channels, fast_dct, fancy;
     int recover;       /* try_recover_truncated */
     int64_t max_bytes; /* height * width * components of the whole image may not exceed it */
+    int tf_crop;       /* columns as TensorFlow's DecodeAndCropJpeg decodes them (no widening, below) */
 } decode_opts;
 
 /* Decode rows [y, y+h) and columns [x, x+w) of a JPEG into out (row stride out_stride bytes) with
@@ -214,9 +215,11 @@ static int decode_region(const unsigned char *data, size_t len, const decode_opt
     jpeg_start_decompress(&cinfo);
     /* Widen the decoded columns by one iMCU each side: libjpeg-turbo's fancy upsampler treats the
      * edge of a cropped scanline as the image edge (it differs from a full decode there, e.g. for
-     * 4:2:2 files, and TensorFlow's DecodeAndCropJpeg shows that difference). Every value is now
-     * within [0, W] (at most 65535): int arithmetic from here on. */
-    int margin = cinfo.max_h_samp_factor * DCTSIZE;
+     * 4:2:2 and 4:2:0 files, and TensorFlow's DecodeAndCropJpeg shows that difference). With
+     * o->tf_crop the window is cropped as TensorFlow crops it (jpeg_crop_scanline on the window
+     * itself), edge values included. Every value is now within [0, W] (at most 65535): int
+     * arithmetic from here on. */
+    int margin = o->tf_crop ? 0 : cinfo.max_h_samp_factor * DCTSIZE;
     int xa = x - margin < 0 ? 0 : (int)(x - margin);
     int xb = x + w + margin > W ? (int)W : (int)(x + w + margin);
     JDIMENSION xoff = (JDIMENSION)xa, cw = (JDIMENSION)(xb - xa);
@@ -603,6 +606,8 @@ static void *batch_worker(void *arg) {
         if (i >= j->n) break;
         int32_t cr[4]; /* a private copy: the window checked is the window used */
         memcpy(cr, j->crops + 4 * (size_t)i, sizeof(cr));
+        decode_opts o = j->o;
+        o.tf_crop = (j->flips[i] >> 1) & 1; /* flips bit 1: TensorFlow's DecodeAndCropJpeg columns */
         const unsigned char *region = NULL;
         ptrdiff_t stride = 0;
         if (!xt4 || !xt2) {
@@ -611,7 +616,7 @@ static void *batch_worker(void *arg) {
             continue;
         }
         /* the window is checked inside the image there, before anything is sized by it */
-        if (decode_region(j->data[i], j->lens[i], &j->o, cr[0], cr[1], cr[2], cr[3], NULL, 0, &img, &img_cap,
+        if (decode_region(j->data[i], j->lens[i], &o, cr[0], cr[1], cr[2], cr[3], NULL, 0, &img, &img_cap,
                           &region, &stride, j->errs[i]) != 0) {
             j->failed[i] = 1;
             continue;
@@ -628,7 +633,7 @@ static void *batch_worker(void *arg) {
             j->failed[i] = 1;
             continue;
         }
-        resize_emit(&j->p, region, stride, h, w, j->flips[i], j->out + j->out_item_bytes * (size_t)i, work,
+        resize_emit(&j->p, region, stride, h, w, j->flips[i] & 1, j->out + j->out_item_bytes * (size_t)i, work,
                     xt4, xt2);
     }
     free(img);
@@ -661,10 +666,10 @@ static PyObject *py_jpeg_info(PyObject *self, PyObject *args) {
 
 static PyObject *py_decode_into(PyObject *self, PyObject *args) {
     Py_buffer b, o;
-    int channels, fast, fancy, recover = 0;
+    int channels, fast, fancy, recover = 0, tf_crop = 0;
     long long y, x, h, w, max_bytes = DEFAULT_MAX_BYTES;
-    if (!PyArg_ParseTuple(args, "y*w*iiiLLLL|iL", &b, &o, &channels, &fast, &fancy, &y, &x, &h, &w, &recover,
-                          &max_bytes))
+    if (!PyArg_ParseTuple(args, "y*w*iiiLLLL|iLp", &b, &o, &channels, &fast, &fancy, &y, &x, &h, &w, &recover,
+                          &max_bytes, &tf_crop))
         return NULL;
     char err[ERRLEN];
     int rc = -1;
@@ -675,7 +680,7 @@ static PyObject *py_decode_into(PyObject *self, PyObject *args) {
                __builtin_mul_overflow(need, (long long)channels, &need) || o.len < need) {
         snprintf(err, ERRLEN, "output buffer of %zd bytes is too small for %lldx%lldx%d", o.len, h, w, channels);
     } else {
-        decode_opts opts = {channels, fast, fancy, recover, max_bytes};
+        decode_opts opts = {channels, fast, fancy, recover, max_bytes, tf_crop};
         Py_BEGIN_ALLOW_THREADS
         rc = decode_region((const unsigned char *)b.buf, (size_t)b.len, &opts, y, x, h, w, (unsigned char *)o.buf,
                            (ptrdiff_t)w * channels, NULL, NULL, NULL, NULL, err);
@@ -834,8 +839,9 @@ done:
 
 /* preprocess_batch(images, out, crops, flips, out_h, out_w, method, out_dtype, scale, mean, stddev,
  *                  normalize, fast_dct, fancy, num_threads[, recover, max_bytes]) -> list of (index, message)
- * failures; images as in images_collect; recover: try_recover_truncated; max_bytes: the size limit of
- * decode_region */
+ * failures; images as in images_collect; flips[i] bit 0: flip image i, bit 1: decode its window as
+ * TensorFlow's DecodeAndCropJpeg does (decode_opts.tf_crop); recover: try_recover_truncated;
+ * max_bytes: the size limit of decode_region */
 static PyObject *py_preprocess_batch(PyObject *self, PyObject *args) {
     PyObject *seq;
     Py_buffer o, cb, fb;
@@ -931,8 +937,8 @@ done:
 static PyMethodDef methods[] = {
     {"jpeg_info", py_jpeg_info, METH_VARARGS, "jpeg_info(data) -> (height, width, components, colorspace)"},
     {"decode_into", py_decode_into, METH_VARARGS,
-     "decode_into(data, out, channels, fast_dct, fancy, y, x, h, w[, recover, max_bytes]): decode a window into "
-     "out"},
+     "decode_into(data, out, channels, fast_dct, fancy, y, x, h, w[, recover, max_bytes, tf_crop]): decode a "
+     "window into out (tf_crop: its edge columns as TensorFlow's DecodeAndCropJpeg gives them)"},
     {"jpeg_info_batch", py_jpeg_info_batch, METH_VARARGS,
      "jpeg_info_batch(images, out): header info of every image into out (int32 (n, 4)); failures"},
     {"preprocess_batch", py_preprocess_batch, METH_VARARGS,

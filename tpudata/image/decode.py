@@ -221,8 +221,10 @@ def _pillow_decode(buf, channels: int, op: str, try_recover_truncated: bool = Fa
 def decode_png(contents, channels: int = 0, dtype=np.uint8) -> np.ndarray:
     """``tf.io.decode_png`` via Pillow (8-bit, and 16-bit grayscale; Pillow reads 16-bit colour PNGs as 8-bit).
 
-    ``channels``: 0 = as stored, 1 = gray, 2 = gray+alpha, 3 = RGB, 4 = RGBA. RGB -> gray uses libpng's
-    fixed-point BT.601 weights as TensorFlow does (equal but for +-1 on ~0.3% of pixels).
+    ``channels``: 0 = as stored, 1 = gray, 2 = gray+alpha, 3 = RGB, 4 = RGBA. RGB -> gray is libpng's
+    ``png_do_rgb_to_gray`` with the weights TensorFlow sets (``png_set_rgb_to_gray(png, 1, 0.299,
+    0.587)``), bit-identical to ``tf.io.decode_png``: truncated 1/32768 fixed point, or through
+    libpng's gamma tables where the file's ``gAMA``/``sRGB`` chunk makes libpng linearise first.
 
     >>> decode_png(_png_for_doc(), channels=4).shape
     (3, 2, 4)
@@ -243,7 +245,7 @@ def decode_png(contents, channels: int = 0, dtype=np.uint8) -> np.ndarray:
         arr = np.asarray(im)
         if arr.ndim == 2:
             arr = arr[..., None]
-    arr = _png_channels(arr, channels)
+    arr = _png_channels(arr, channels, _png_file_gamma(im.info))
     dtype = np.dtype(dtype)
     if dtype == np.uint16 and arr.dtype == np.uint8:
         arr = arr.astype(np.uint16) * 257
@@ -252,16 +254,64 @@ def decode_png(contents, channels: int = 0, dtype=np.uint8) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
-def _png_channels(arr: np.ndarray, channels: int) -> np.ndarray:
+# png_set_rgb_to_gray(png, 1, 0.299, 0.587) (TensorFlow's png_io.cc): libpng makes the weights
+# 29900 and 58700 (1/100000), then (png_uint_16)(w * 32768 / 100000); blue is what makes 32768
+_GRAY_R, _GRAY_G = 29900 * 32768 // 100000, 58700 * 32768 // 100000  # 9797, 19234
+_GRAY_B = 32768 - _GRAY_R - _GRAY_G  # 3737
+_PNG_FP_1, _PNG_GAMMA_sRGB_INVERSE, _PNG_GAMMA_THRESHOLD = 100000, 45455, 5000
+
+
+def _png_file_gamma(info: dict) -> int:
+    """The file gamma libpng works with, in 1/100000: 45455 for an ``sRGB`` chunk, else the ``gAMA``
+    chunk's value, else 100000 (libpng then assumes the output matches the input)."""
+    if "srgb" in info:
+        return _PNG_GAMMA_sRGB_INVERSE
+    gamma = int(round(float(info.get("gamma", 0)) * _PNG_FP_1))
+    return gamma if gamma > 0 else _PNG_FP_1
+
+
+def _png_reciprocal(a: int) -> int:  # libpng png_reciprocal (floating arithmetic)
+    return int(np.floor(1e10 / a + 0.5))
+
+
+def _png_gamma_significant(g: int) -> bool:
+    return g < _PNG_FP_1 - _PNG_GAMMA_THRESHOLD or g > _PNG_FP_1 + _PNG_GAMMA_THRESHOLD
+
+
+def _png_8bit_table(g: int) -> np.ndarray:
+    """libpng png_build_8bit_table: png_gamma_8bit_correct of 0..255 (floating arithmetic)."""
+    v = np.arange(256, dtype=np.float64)
+    if not _png_gamma_significant(g):
+        return np.arange(256, dtype=np.uint32)
+    t = np.floor(255 * np.power(v / 255.0, g * 0.00001) + 0.5)
+    t[0], t[255] = 0, 255
+    return t.astype(np.uint32)
+
+
+def _rgb_to_gray(color: np.ndarray, file_gamma: int) -> np.ndarray:
+    """libpng png_do_rgb_to_gray as TensorFlow's DecodePng runs it: ``(h, w, 3)`` -> ``(h, w, 1)``."""
+    c = color.astype(np.uint32)
+    r, g, b = c[..., 0], c[..., 1], c[..., 2]
+    screen = _png_reciprocal(file_gamma)  # png_init_read_transformations: screen gamma = 1 / file gamma
+    if color.dtype == np.uint8 and (_png_gamma_significant(file_gamma) or _png_gamma_significant(screen)):
+        to_1, from_1 = _png_8bit_table(_png_reciprocal(file_gamma)), _png_8bit_table(_png_reciprocal(screen))
+        gray = from_1[(_GRAY_R * to_1[r] + _GRAY_G * to_1[g] + _GRAY_B * to_1[b] + 16384) >> 15]
+    elif color.dtype == np.uint8:  # "the historical approach which simply truncates"
+        gray = (_GRAY_R * r + _GRAY_G * g + _GRAY_B * b) >> 15
+    else:  # 16-bit: rounded (libpng 1.5.5 and later)
+        gray = (_GRAY_R * r + _GRAY_G * g + _GRAY_B * b + 16384) >> 15
+    gray = np.where((r == g) & (r == b), r, gray)  # a gray pixel keeps its value
+    return gray.astype(color.dtype)[..., None]
+
+
+def _png_channels(arr: np.ndarray, channels: int, file_gamma: int = _PNG_FP_1) -> np.ndarray:
     have = arr.shape[-1]
     if channels in (0, have):
         return arr
     color, alpha = arr[..., : 3 if have >= 3 else 1], (arr[..., -1:] if have in (2, 4) else None)
     if channels in (1, 2):
-        if color.shape[-1] == 3:  # libpng's rgb_to_gray with (0.299, 0.587) in 1/32768 fixed point
-            c = color.astype(np.uint32)
-            color = ((c[..., 0] * 9797 + c[..., 1] * 19235 + c[..., 2] * 3736) >> 15)[..., None]
-            color = color.astype(arr.dtype)
+        if color.shape[-1] == 3:
+            color = _rgb_to_gray(color, file_gamma)
     else:
         if color.shape[-1] == 1:
             color = np.repeat(color, 3, axis=-1)

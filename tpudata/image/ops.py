@@ -170,8 +170,32 @@ def to_bfloat16(x) -> np.ndarray:
     return np.asarray(x, np.float32).astype(ml_dtypes.bfloat16)
 
 
+def _as_dtype(dtype) -> np.dtype:
+    """A numpy dtype; ``"bfloat16"``/``ml_dtypes.bfloat16`` through ml_dtypes (its error names the extra)."""
+    if getattr(dtype, "__name__", str(dtype)) == "bfloat16" or getattr(dtype, "name", None) == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError as e:
+            raise ImportError("bfloat16 needs ml_dtypes; install the image extra: pip install 'tpudata[image]'") from e
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(dtype)
+
+
+def _is_float(dt: np.dtype) -> bool:
+    return dt.kind == "f" or dt.name == "bfloat16"
+
+
 def convert_image_dtype(image, dtype, saturate: bool = False) -> np.ndarray:
-    """``tf.image.convert_image_dtype``: integers scale to [0, 1] floats; floats back by ``x * (max + 0.5)``, truncated.
+    """``tf.image.convert_image_dtype``, bit-identical: integers -> floats cast, then multiply by
+    ``1 / max`` in the *output* dtype; floats -> integers multiply by ``max + 0.5`` in the *input*
+    dtype, then cast (truncation); float -> float casts (bfloat16: round to nearest even).
+
+    Each multiply rounds in its own dtype as TensorFlow's does: uint8 -> bfloat16 is
+    ``bfloat16(x) * bfloat16(1/255)`` rounded to bfloat16 (not ``x / 255`` in float32, then rounded:
+    one bfloat16 step apart for half the values); bfloat16 -> uint8 multiplies by
+    ``bfloat16(255.5) = 256`` (so 1.0 gives 256, which saturates to 255 as TensorFlow's cast does
+    in its vector loop). Other out-of-range values without ``saturate`` are undefined, as in
+    TensorFlow (numpy's wrap-around here).
 
     >>> convert_image_dtype(np.array([0, 255], np.uint8), np.float32).tolist()
     [0.0, 1.0]
@@ -179,28 +203,56 @@ def convert_image_dtype(image, dtype, saturate: bool = False) -> np.ndarray:
     [0, 127, 255]
     """
     arr = np.asarray(image)
-    name = getattr(dtype, "__name__", str(dtype))
-    if name == "bfloat16":
-        return to_bfloat16(convert_image_dtype(arr, np.float32))
-    dtype = np.dtype(dtype)
-    src = arr.dtype
-    if src == dtype:
+    dst, src = _as_dtype(dtype), arr.dtype
+    if src == dst:
         return arr
-    if src.kind in "ui" and dtype.kind == "f":
-        scale = 1.0 / np.iinfo(src).max
-        return arr.astype(dtype) * dtype.type(scale)
-    if src.kind == "f" and dtype.kind in "ui":
-        scale = np.iinfo(dtype).max + 0.5  # TensorFlow: x * (max + 0.5), then cast (truncation)
-        x = arr.astype(np.float32) * F(scale)
-        if saturate:
-            x = np.clip(x, np.iinfo(dtype).min, np.iinfo(dtype).max)
-        return x.astype(dtype)
-    if src.kind in "ui" and dtype.kind in "ui":
-        sbits, dbits = np.iinfo(src).bits - (src.kind == "i"), np.iinfo(dtype).bits - (dtype.kind == "i")
+    if src.kind in "ui" and dst.kind in "ui":
+        sbits, dbits = np.iinfo(src).bits - (src.kind == "i"), np.iinfo(dst).bits - (dst.kind == "i")
         if sbits > dbits:
-            return (arr >> (sbits - dbits)).astype(dtype)
-        return (arr.astype(dtype) << (dbits - sbits)) if dbits > sbits else arr.astype(dtype)
-    return arr.astype(dtype)
+            return (arr >> (sbits - dbits)).astype(dst)
+        return (arr.astype(dst) << (dbits - sbits)) if dbits > sbits else arr.astype(dst)
+    if _is_float(src) and _is_float(dst):
+        if dst.itemsize == 2 and src.itemsize > 4:  # TensorFlow: float64 -> float32 -> (b)float16
+            return arr.astype(np.float32).astype(dst)
+        return arr.astype(dst)
+    if src.kind in "ui" and _is_float(dst):
+        with np.errstate(over="ignore", invalid="ignore"):  # int32 -> float16: inf * 0, as in TensorFlow
+            return arr.astype(dst) * np.asarray(1.0 / np.iinfo(src).max).astype(dst)
+    if _is_float(src) and dst.kind in "ui":
+        return _float_to_int(arr, src, dst, saturate)
+    return arr.astype(dst)
+
+
+def _float_to_int(arr: np.ndarray, src: np.dtype, dst: np.dtype, saturate: bool) -> np.ndarray:
+    # out of range without saturate is undefined in TensorFlow too (its result depends on the
+    # value's position in the array): numpy's wrap-around here, but for bfloat16 (below)
+    with np.errstate(over="ignore", invalid="ignore"):
+        x = arr * np.asarray(np.iinfo(dst).max + 0.5).astype(src)  # TensorFlow: x * (max + 0.5), then cast
+        if saturate:
+            x = np.clip(x, *_saturate_limits(src, dst))
+        elif src.name == "bfloat16" and dst.itemsize < 4:
+            # TensorFlow's bfloat16 -> 8/16-bit cast saturates (in its vectorised loop: the last
+            # len % 8 values wrap instead; tpudata saturates them all): white (bfloat16 1.0 * 256) -> 255
+            x = np.clip(np.nan_to_num(x.astype(np.float32)), np.iinfo(dst).min, np.iinfo(dst).max)
+        return x.astype(dst)
+
+
+def _saturate_limits(src: np.dtype, dst: np.dtype):
+    """tf.dtypes.saturate_cast's clip bounds: ``dst``'s range in ``src`` values, moved towards 0 by
+    one step where ``src`` rounds them outside (float32(2**31 - 1) is 2**31)."""
+    info = np.iinfo(dst)
+    src_info = np.finfo(np.float32) if src.name == "bfloat16" else np.finfo(src)
+    try:
+        promoted = np.promote_types(src, dst)
+    except TypeError:
+        promoted = np.dtype(np.float64)
+    lo = np.asarray(max(float(src_info.min), info.min)).astype(src)
+    if np.asarray(lo).astype(promoted) < np.asarray(info.min).astype(promoted):
+        lo = np.nextafter(lo, np.zeros((), src))
+    hi = np.asarray(min(float(src_info.max), float(info.max))).astype(src)
+    if np.asarray(hi).astype(promoted) > np.asarray(info.max).astype(promoted):
+        hi = np.nextafter(hi, np.zeros((), src))
+    return lo, hi
 
 
 def normalize(image, mean, stddev, dtype=np.float32) -> np.ndarray:

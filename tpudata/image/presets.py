@@ -1,6 +1,15 @@
 """Presets: tensorflow/tpu's ResNet preprocessing (``resnet_preprocessing.py``) and an Inception-style
 variant, per image and per batch.
 
+Which ``resnet_preprocessing.py`` the ResNet preset reproduces: the crop and resize of today's
+(tensorflow/tpu since November 2021: center crop of ``size / (size + round(size / 7))`` of the
+short side, i.e. ``CROP_FRACTION = 0.875`` at every size; ``crop_padding=32`` gives the July
+2018 - November 2021 files, which padded by 32 at every size); the output convention of your
+choice (``output=``): ``"0-255"`` is what the file has returned since June 2018 (the model
+normalises: ``resnet_main.py`` subtracts ``MEAN_RGB`` and divides by ``STDDEV_RGB``, both times
+255), ``"normalized"`` (the default) is the April 2018 file's (normalised here, in [0, 1] units),
+``"0-1"`` is the June 2018 file's (the model normalised).
+
 The batch form decodes only each crop window (libjpeg-turbo ``jpeg_skip_scanlines`` /
 ``jpeg_crop_scanline``), resizes on TensorFlow's grid, flips, normalises and casts straight into a
 preallocated ``(n, size, size, 3)`` array, in C threads without the GIL. That array's memory is
@@ -28,10 +37,13 @@ __all__ = ["IMAGENET_MEAN", "IMAGENET_STDDEV", "inception_preprocess", "inceptio
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STDDEV = (0.229, 0.224, 0.225)
-CROP_PADDING = 32
+CROP_FRACTION = 0.875
+CROP_PADDING = 32  # tensorflow/tpu before November 2021 (every size); since: round(size * (1 / CROP_FRACTION - 1))
 F = np.float32
 _METHODS = {"bicubic_v1": 0, "bicubic": 1, "bilinear_v1": 2, "bilinear": 3}
 _DTYPES = {"uint8": 0, "float32": 1, "bfloat16": 2}
+OUTPUTS = ("normalized", "0-1", "0-255")
+_TF_CROP = 2  # flips bit 1: decode the window's edge columns as TensorFlow's DecodeAndCropJpeg does
 
 
 def _dtype_name(dtype) -> str:
@@ -47,9 +59,29 @@ def _dtype_name(dtype) -> str:
     return name
 
 
-def _center_window(h: int, w: int, image_size: int) -> tuple[int, int, int, int]:
-    # resnet_preprocessing._decode_and_center_crop, in float32 as TensorFlow computes it
-    crop = int(F(image_size / (image_size + CROP_PADDING)) * F(min(h, w)))
+def _output(output: str | None, normalize: bool | None, dtype_name: str) -> str:
+    """The output convention from ``output=`` or the older ``normalize=`` (True: "normalized",
+    False: "0-1", or "0-255" for uint8, as before)."""
+    if output is None:
+        if normalize is None or normalize:
+            return "normalized"
+        return "0-255" if dtype_name == "uint8" else "0-1"
+    if output not in OUTPUTS:
+        raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
+    if normalize is not None and normalize != (output == "normalized"):
+        raise ValueError(f"normalize={normalize!r} contradicts output={output!r}: pass only output=")
+    return output
+
+
+def _crop_padding(image_size: int, crop_padding: int | None) -> int:
+    # resnet_preprocessing (since November 2021): crop_padding = round(image_size * (1/CROP_FRACTION - 1))
+    return round(image_size * (1 / CROP_FRACTION - 1)) if crop_padding is None else int(crop_padding)
+
+
+def _center_window(h: int, w: int, image_size: int, crop_padding: int) -> tuple[int, int, int, int]:
+    # resnet_preprocessing._decode_and_center_crop: the ratio is a Python float that TensorFlow
+    # makes a float32 constant; the product is float32, truncated to int32
+    crop = int(F(image_size / (image_size + crop_padding)) * F(min(h, w)))
     return ((h - crop) + 1) // 2, ((w - crop) + 1) // 2, crop, crop
 
 
@@ -134,20 +166,29 @@ def _infos(images: _Images) -> np.ndarray:
     return out
 
 
-def _windows(images, is_training: bool, image_size: int, rng, style: str):
+def _windows(images, is_training: bool, image_size: int, rng, style: str, crop_padding: int | None = None):
+    """``(crops, codes)`` for :func:`_preprocess` (bit 0: flip); a ResNet center crop is flagged (bit 1)
+    to be decoded as ``tf.image.decode_and_crop_jpeg`` decodes it, the random crops as a full
+    decode then crop (``decode_image`` + ``crop_to_bounding_box``), as resnet_preprocessing does."""
     images = _Images(images)
     n = images.n
     crops = np.empty((n, 4), np.int32)
+    tf_crop = np.zeros(n, np.uint8)
     infos = _infos(images).tolist()
+    padding = _crop_padding(image_size, crop_padding)
     for i in range(n):
-        h, w = infos[i][0], infos[i][1]
+        h, w, comps = infos[i][0], infos[i][1], infos[i][2]
         if style == "resnet":
+            win = None
             if is_training:
                 win = sample_crop_window(h, w, rng, None, 0.1, (3 / 4, 4 / 3), (0.08, 1.0), 10)
-                if win[2] == h and win[3] == w:  # resnet_preprocessing: "bad" crop -> center crop
-                    win = _center_window(h, w, image_size)
-            else:
-                win = _center_window(h, w, image_size)
+                # resnet_preprocessing's "bad" crop: extract_jpeg_shape [h, w, components] equals the
+                # crop's [h, w, 3] in 3 places (so never for grayscale or CMYK files) -> center crop
+                if win[2] == h and win[3] == w and comps == 3:
+                    win = None
+            if win is None:
+                win = _center_window(h, w, image_size, padding)
+                tf_crop[i] = _TF_CROP
         else:  # inception
             if is_training:
                 win = sample_crop_window(h, w, rng, None, 0.1, (0.75, 1.33), (0.05, 1.0), 100)
@@ -155,11 +196,13 @@ def _windows(images, is_training: bool, image_size: int, rng, style: str):
                 win = _central_fraction_window(h, w, 0.875)
         crops[i] = win
     flips = (rng.random(n) < 0.5).astype(np.uint8) if is_training else np.zeros(n, np.uint8)
-    return crops, flips
+    return crops, flips | tf_crop
 
 
-def _reference(bufs, crops, flips, out, method: str, scale, mean, stddev, normalize: bool, name: str,
+def _reference(bufs, crops, codes, out, method: str, scale, mean, stddev, normalize: bool, name: str,
                recover: bool):
+    # Pillow decodes the whole image: a window flagged _TF_CROP gets decode-then-crop values at its
+    # edge columns (the kernel gives TensorFlow's DecodeAndCropJpeg values there)
     size = out.shape[1:3]
     failures = []
     for i, buf in enumerate(bufs.bufs()):
@@ -173,7 +216,7 @@ def _reference(bufs, crops, flips, out, method: str, scale, mean, stddev, normal
         r = r * F(scale)
         if normalize:
             r = (r - np.asarray(mean, F)) / np.asarray(stddev, F)
-        if flips[i]:
+        if codes[i] & 1:
             r = r[:, ::-1]
         if name == "uint8":
             out[i] = np.rint(np.clip(r, 0, 255)).astype(np.uint8)
@@ -186,28 +229,44 @@ def _reference(bufs, crops, flips, out, method: str, scale, mean, stddev, normal
 
 
 def preprocess_batch(images, crops, flips, image_size: int | tuple[int, int], *, method: str = "bicubic_v1",
-                     dtype=np.float32, normalize: bool = True, mean=IMAGENET_MEAN, stddev=IMAGENET_STDDEV,
-                     out: np.ndarray | None = None, num_threads: int | None = None,
-                     try_recover_truncated: bool = False) -> np.ndarray:
+                     dtype=np.float32, normalize: bool | None = None, output: str | None = None,
+                     mean=IMAGENET_MEAN, stddev=IMAGENET_STDDEV, out: np.ndarray | None = None,
+                     num_threads: int | None = None, try_recover_truncated: bool = False) -> np.ndarray:
     """Decode each JPEG's crop window ``crops[i] = (y, x, h, w)``, resize to ``image_size`` with
     ``method`` ("bicubic_v1"/"bilinear_v1": TF1 grid as in resnet_preprocessing; "bicubic"/"bilinear":
-    TF2 half-pixel), flip where ``flips[i]``, scale to [0, 1] and normalise (float outputs), cast.
+    TF2 half-pixel), flip where ``flips[i]``, scale and cast.
 
-    ``uint8`` output keeps the 0-255 resized values (rounded; no normalisation): 4x less host
-    memory, normalise on the accelerator.
+    ``output``: ``"normalized"`` (the default for float dtypes): ``(x / 255 - mean) / stddev``;
+    ``"0-1"``: ``x / 255``; ``"0-255"``: the resized values as they are (float32 as TensorFlow's
+    resize gives them, bicubic overshoot included; rounded and clipped for uint8).
+    ``normalize=True``/``False`` is the older spelling of ``"normalized"``/``"0-1"``.
+
+    ``uint8`` output keeps the 0-255 resized values (rounded; ``output="0-255"``, or
+    ``normalize=False``): 4x less host memory, normalise on the accelerator.
 
     A bad image (not a JPEG, truncated, over ``tpudata.image.decode.MAX_DECODED_BYTES``, or a
     window not inside it) raises :class:`~tpudata.errors.InvalidImageError` naming its index
     (``index``) and its file where known. ``try_recover_truncated``: as in
     :func:`~tpudata.image.decode_and_crop_jpeg`.
     """
+    codes = (np.asarray(flips).reshape(-1) != 0).astype(np.uint8)
+    return _preprocess(_Images(images), crops, codes, image_size, method=method, dtype=dtype, normalize=normalize,
+                       output=output, mean=mean, stddev=stddev, out=out, num_threads=num_threads,
+                       try_recover_truncated=try_recover_truncated)
+
+
+def _preprocess(bufs: _Images, crops, codes, image_size, *, method, dtype, normalize, output, mean, stddev, out,
+                num_threads, try_recover_truncated) -> np.ndarray:
+    """:func:`preprocess_batch` with ``codes[i]`` bit 0: flip, bit 1 (``_TF_CROP``): the window's
+    edge columns as TensorFlow's DecodeAndCropJpeg decodes them (kernel only)."""
     if method not in _METHODS:
         raise ValueError(f"method must be one of {sorted(_METHODS)}, got {method!r}")
     name = _dtype_name(dtype)
-    if name == "uint8" and normalize:
-        raise ValueError("uint8 output cannot be normalised: pass normalize=False (normalise on the device)")
+    output = _output(output, normalize, name)
+    if name == "uint8" and output != "0-255":
+        raise ValueError("uint8 output holds the 0-255 values: pass output='0-255' (or normalize=False) and "
+                         "normalise on the device")
     oh, ow = (image_size, image_size) if np.isscalar(image_size) else (int(image_size[0]), int(image_size[1]))
-    bufs = _Images(images)
     n = bufs.n
     if out is None:  # memory of dropped earlier batches is reused (no fresh pages to zero)
         if name == "bfloat16":
@@ -225,14 +284,15 @@ def preprocess_batch(images, crops, flips, image_size: int | tuple[int, int], *,
         raise bufs.fail([(i, f"crop window {crops.reshape(n, 4)[i].tolist()} is not inside the image "
                              "(values past int32)")])
     crops = np.ascontiguousarray(crops, np.int32).reshape(n, 4)
-    flips = np.ascontiguousarray(flips, np.uint8).reshape(n)
-    scale = 1.0 if name == "uint8" else 1.0 / 255.0
+    codes = np.ascontiguousarray(codes, np.uint8).reshape(n)
+    normalize = output == "normalized"
+    scale = 1.0 / 255.0 if output != "0-255" else 1.0
     k = _backend.kernel()
     if k is None:
-        _reference(bufs, crops, flips, out, method, scale, mean, stddev, normalize, name, try_recover_truncated)
+        _reference(bufs, crops, codes, out, method, scale, mean, stddev, normalize, name, try_recover_truncated)
         return out
     threads = num_threads or min(n, os.cpu_count() or 1)
-    failures = k.preprocess_batch(bufs.arg, out.reshape(-1).view(np.uint8), crops, flips, oh, ow, _METHODS[method],
+    failures = k.preprocess_batch(bufs.arg, out.reshape(-1).view(np.uint8), crops, codes, oh, ow, _METHODS[method],
                                   _DTYPES[name], float(F(scale)), tuple(float(v) for v in mean),
                                   tuple(float(v) for v in stddev), int(normalize), 1, 1, threads,
                                   int(bool(try_recover_truncated)), int(decode.MAX_DECODED_BYTES))
@@ -242,15 +302,20 @@ def preprocess_batch(images, crops, flips, image_size: int | tuple[int, int], *,
 
 
 def resnet_preprocess_batch(images, is_training: bool, image_size: int = 224, *, seed=None, dtype=np.float32,
-                            normalize: bool = True, mean=IMAGENET_MEAN, stddev=IMAGENET_STDDEV,
-                            out: np.ndarray | None = None, num_threads: int | None = None,
-                            try_recover_truncated: bool = False) -> np.ndarray:
+                            output: str | None = None, normalize: bool | None = None, mean=IMAGENET_MEAN,
+                            stddev=IMAGENET_STDDEV, crop_padding: int | None = None, out: np.ndarray | None = None,
+                            num_threads: int | None = None, try_recover_truncated: bool = False) -> np.ndarray:
     """``resnet_preprocessing.preprocess_image`` on a list of JPEGs -> ``(n, size, size, 3)``.
 
     Train: random-resized crop (``sample_distorted_bounding_box`` with area 0.08-1, aspect 3/4-4/3,
     10 attempts, min_object_covered 0.1; center crop when it fails), TF1 bicubic resize, random
-    flip. Eval: center crop of ``size/(size+32)`` of the short side, TF1 bicubic resize. Both scale
-    to [0, 1] and normalise with the ImageNet mean/stddev. ``seed``: int, tuple (e.g.
+    flip. Eval: center crop of ``size / (size + crop_padding)`` of the short side, TF1 bicubic
+    resize. ``crop_padding``: ``round(size / 7)`` by default (tensorflow/tpu since November 2021,
+    ``CROP_FRACTION = 0.875``: 32 at 224, 43 at 299); 32 for the files before that.
+
+    ``output`` (see :func:`preprocess_batch`): ``"normalized"`` by default (scaled to [0, 1], then
+    the ImageNet mean/stddev); ``"0-255"`` is tensorflow/tpu's own output since June 2018 (float32
+    or bfloat16, the model normalises); ``"0-1"``. ``seed``: int, tuple (e.g.
     ``(pipeline_seed, batch_index)``) or Generator. ``images``: bytes-like objects, uint8 views, or
     a parsed bytes feature after ``batch`` (a zero-copy ``BytesColumn``: read in place). A bad
     image raises :class:`~tpudata.errors.InvalidImageError` naming it (see :func:`preprocess_batch`;
@@ -261,14 +326,15 @@ def resnet_preprocess_batch(images, is_training: bool, image_size: int = 224, *,
     (2, 8, 8, 3)
     """
     bufs = _Images(images)
-    crops, flips = _windows(bufs, is_training, image_size, make_rng(seed), "resnet")
-    return preprocess_batch(bufs, crops, flips, image_size, method="bicubic_v1", dtype=dtype, normalize=normalize,
-                            mean=mean, stddev=stddev, out=out, num_threads=num_threads,
-                            try_recover_truncated=try_recover_truncated)
+    crops, codes = _windows(bufs, is_training, image_size, make_rng(seed), "resnet", crop_padding)
+    return _preprocess(bufs, crops, codes, image_size, method="bicubic_v1", dtype=dtype, normalize=normalize,
+                       output=output, mean=mean, stddev=stddev, out=out, num_threads=num_threads,
+                       try_recover_truncated=try_recover_truncated)
 
 
 def resnet_preprocess(image_bytes, is_training: bool, image_size: int = 224, *, seed=None, dtype=np.float32,
-                      normalize: bool = True, mean=IMAGENET_MEAN, stddev=IMAGENET_STDDEV,
+                      output: str | None = None, normalize: bool | None = None, mean=IMAGENET_MEAN,
+                      stddev=IMAGENET_STDDEV, crop_padding: int | None = None,
                       try_recover_truncated: bool = False) -> np.ndarray:
     """One image of :func:`resnet_preprocess_batch` -> ``(size, size, 3)``; use in ``Dataset.map``.
 
@@ -278,9 +344,9 @@ def resnet_preprocess(image_bytes, is_training: bool, image_size: int = 224, *, 
     >>> resnet_preprocess(_jpeg_for_doc(), False, 8).dtype
     dtype('float32')
     """
-    return resnet_preprocess_batch([image_bytes], is_training, image_size, seed=seed, dtype=dtype,
-                                   normalize=normalize, mean=mean, stddev=stddev, num_threads=1,
-                                   try_recover_truncated=try_recover_truncated)[0]
+    return resnet_preprocess_batch([image_bytes], is_training, image_size, seed=seed, dtype=dtype, output=output,
+                                   normalize=normalize, mean=mean, stddev=stddev, crop_padding=crop_padding,
+                                   num_threads=1, try_recover_truncated=try_recover_truncated)[0]
 
 
 def inception_preprocess_batch(images, is_training: bool, image_size: int = 299, *, seed=None,
@@ -295,10 +361,10 @@ def inception_preprocess_batch(images, is_training: bool, image_size: int = 299,
     True
     """
     bufs = _Images(images)
-    crops, flips = _windows(bufs, is_training, image_size, make_rng(seed), "inception")
-    return preprocess_batch(bufs, crops, flips, image_size, method="bilinear_v1", dtype=dtype, normalize=True,
-                            mean=(0.5, 0.5, 0.5), stddev=(0.5, 0.5, 0.5), out=out, num_threads=num_threads,
-                            try_recover_truncated=try_recover_truncated)
+    crops, codes = _windows(bufs, is_training, image_size, make_rng(seed), "inception")
+    return _preprocess(bufs, crops, codes, image_size, method="bilinear_v1", dtype=dtype, normalize=None,
+                       output="normalized", mean=(0.5, 0.5, 0.5), stddev=(0.5, 0.5, 0.5), out=out,
+                       num_threads=num_threads, try_recover_truncated=try_recover_truncated)
 
 
 def inception_preprocess(image_bytes, is_training: bool, image_size: int = 299, *, seed=None,
