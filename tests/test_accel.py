@@ -32,6 +32,38 @@ def test_pure_switch():
     assert out.stdout.strip() == "True"
 
 
+@pytest.mark.skipif(os.environ.get("TPUDATA_REQUIRE_ACCEL") != "1", reason="CI only")
+def test_image_kernel_built_in_ci():
+    """CI (.ci/run sets TPUDATA_REQUIRE_ACCEL=1) fails here when the image kernel was not built
+    (instead of the image tests that need it skipping)."""
+    assert _accel.compiled(_accel.IMAGE_KERNEL) is not None, (
+        "tpudata.image._imgkernel was not compiled (are the libjpeg-turbo headers installed?)")
+
+
+_BOTH = ("import tpudata, tpudata.image\n"
+         "from tpudata import _accel\n"
+         "from tpudata.image import _backend\n"
+         "paths = tpudata.accelerated()\n"
+         "print(_accel.native is None, _backend.kernel() is None, paths['crc32c'], "
+         "paths['image_kernel'])\n")
+
+
+@pytest.mark.parametrize("value", ["1", "yes", "TRUE", "on"])
+def test_one_pure_rule_turns_off_both_extensions(value):
+    """TPUDATA_PURE=yes turned off the image kernel but not _native: one rule for both now."""
+    out = _run(_BOTH, TPUDATA_PURE=value)
+    assert out.stdout.split() == ["True", "True", "False", "False"], out.stderr
+    assert "not built" not in out.stderr
+
+
+@pytest.mark.skipif(not _accel.available() or _accel.compiled(_accel.IMAGE_KERNEL) is None,
+                    reason="an extension is not built")
+@pytest.mark.parametrize("value", ["", "0", "no", "False", "off"])
+def test_pure_rule_values_that_keep_both_extensions_on(value):
+    out = _run(_BOTH, TPUDATA_PURE=value)
+    assert out.stdout.split() == ["False", "False", "True", "True"], out.stderr
+
+
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 def test_allocator_tuning_is_reversible():
     assert _accel.tune_allocator(False) is True
@@ -60,9 +92,10 @@ def test_missing_accelerator_warns_once_and_says_so_everywhere():
     assert out.stderr.count("C accelerator (tpudata._native) is not built") == 1, out.stderr
     assert "WARNING" in out.stderr or "not built" in out.stderr
     lines = out.stdout.splitlines()
+    kernel = _accel.compiled(_accel.IMAGE_KERNEL) is not None
     assert lines[0] == str({"crc32c": False, "tfrecord_framing": False, "example_parsing": False,
-                            "hardware_crc32c": False})
-    assert "C accelerator: NOT BUILT" in lines[1]
+                            "hardware_crc32c": False, "image_kernel": kernel})
+    assert "C accelerator: NOT BUILT" in lines[1] and "image kernel: " in lines[1]
     # choosing the pure path on purpose is not warned about
     assert "not built" not in _run(_WITHOUT_NATIVE + "import tpudata", TPUDATA_PURE="1").stderr
 
@@ -79,9 +112,18 @@ def test_accelerated_and_version_report_the_native_paths():
     assert "C accelerator: built, off" in off.stdout
     previous = _accel.use_native(False)
     try:
-        assert not any(tpudata.accelerated().values())
+        paths = tpudata.accelerated()
+        assert not any(v for name, v in paths.items() if name != "image_kernel")
     finally:
         _accel.use_native(previous)
+    # the image kernel is reported too, and switched on its own
+    kernel = _accel.compiled(_accel.IMAGE_KERNEL) is not None
+    assert tpudata.accelerated()["image_kernel"] is kernel
+    before = _accel.use_extension(_accel.IMAGE_KERNEL, False)
+    try:
+        assert tpudata.accelerated()["image_kernel"] is False
+    finally:
+        _accel.use_extension(_accel.IMAGE_KERNEL, before)
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")

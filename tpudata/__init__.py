@@ -9,6 +9,7 @@
 
 from tpudata._accel import accelerated
 from tpudata._accel import tune_allocator as tune_malloc
+from tpudata._info import info
 from tpudata._outpool import release_batch_memory
 from tpudata.dataset import (
     AUTOTUNE,
@@ -116,6 +117,7 @@ __all__ = [
     "decode_sequence_example",
     "encode_example",
     "encode_sequence_example",
+    "info",
     "parse_batches",
     "parse_examples",
     "parse_single_example",

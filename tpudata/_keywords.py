@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+from collections.abc import Mapping
 from typing import Callable, Iterable, TypeVar
 
 F = TypeVar("F", bound=Callable)
@@ -40,6 +41,18 @@ def check_keywords(name: str, given: Iterable[str], valid: Iterable[str]) -> Non
             raise unknown_keyword_error(name, keyword, valid)
 
 
+def storage_options_dict(name: str, storage_options: Mapping | None) -> dict:
+    """The ``storage_options`` given to ``name`` (None or a mapping of fsspec options) as a new
+    dict; a ``TypeError`` for anything else. Every public entry point takes fsspec options this
+    one way, as one ``storage_options={...}`` argument, never as loose keywords."""
+    if storage_options is None:
+        return {}
+    if not isinstance(storage_options, Mapping):
+        raise TypeError(f"{name}(): storage_options must be a dict (of fsspec options), not "
+                        f"{type(storage_options).__name__}")
+    return dict(storage_options)
+
+
 def strict_keywords(fn: F) -> F:
     """Make unknown keywords to ``fn`` (a function, or a class's ``__init__``) raise a TypeError
     with a suggestion, instead of Python's bare "unexpected keyword argument"."""
@@ -57,4 +70,4 @@ def strict_keywords(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-__all__ = ["check_keywords", "strict_keywords", "unknown_keyword_error"]
+__all__ = ["check_keywords", "storage_options_dict", "strict_keywords", "unknown_keyword_error"]

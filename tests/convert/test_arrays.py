@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tpudata
+from tests.lockedfs import OPTIONS, locked  # noqa: F401 (a fixture)
 from tpudata.cli import main
 from tpudata.convert import convert_arrays, convert_npz, load_arrays
 from tpudata.shards import read_manifest, verify_manifest
@@ -87,3 +88,14 @@ def test_in_memory_arrays(memfs):
     back = load_arrays("memory://arr", "d")
     np.testing.assert_array_equal(back["x"], arrays["x"])
     np.testing.assert_array_equal(back["s"], arrays["s"])
+
+
+def test_load_arrays_takes_one_storage_options_dict(locked):
+    arrays = {"x": np.arange(8, dtype=np.int64)}
+    convert_arrays(arrays, "locked://bucket/arr", "d", num_shards=2, storage_options=OPTIONS)
+    back = load_arrays("locked://bucket/arr", "d", storage_options=OPTIONS)
+    np.testing.assert_array_equal(back["x"], arrays["x"])
+    with pytest.raises(TypeError, match=r"'prefx'; did you mean 'prefix'"):
+        load_arrays("locked://bucket/arr", prefx="d")
+    with pytest.raises(TypeError, match=r"load_arrays\(\).*'password'.*storage_options=\{"):
+        load_arrays("locked://bucket/arr", "d", **OPTIONS)

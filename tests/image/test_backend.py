@@ -24,11 +24,12 @@ def test_missing_ml_dtypes_names_the_extra(monkeypatch):
         ti.to_bfloat16(np.zeros(2, np.float32))
 
 
-def test_pure_mode_falls_back_to_the_reference(monkeypatch, caplog):
-    monkeypatch.setenv("TPUDATA_PURE", "1")
-    _backend._state.clear()
+@pytest.mark.parametrize("value", ["1", "yes", "True"])
+def test_pure_mode_falls_back_to_the_reference(monkeypatch, caplog, value):
+    monkeypatch.setenv("TPUDATA_PURE", value)
+    _backend.use_kernel(None)  # decide again, by the setting
     try:
-        with caplog.at_level(logging.INFO, logger="tpudata.image._backend"):
+        with caplog.at_level(logging.INFO, logger="tpudata._accel"):
             assert _backend.kernel() is None
         assert "reference path" in caplog.text
         from tests.image.helpers import jpeg
@@ -36,4 +37,4 @@ def test_pure_mode_falls_back_to_the_reference(monkeypatch, caplog):
         assert ti.resnet_preprocess(jpeg(40, 50), False, 16).shape == (16, 16, 3)
     finally:
         monkeypatch.delenv("TPUDATA_PURE")
-        _backend._state.clear()
+        _backend.use_kernel(None)

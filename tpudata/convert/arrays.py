@@ -26,6 +26,7 @@ from typing import Mapping
 import numpy as np
 
 from tpudata import storage
+from tpudata._keywords import storage_options_dict, strict_keywords
 from tpudata.errors import SpecError
 from tpudata.example import FixedLenFeature, encode_example, parse_examples
 from tpudata.shards import BuildResult, build_shards, manifest_name, read_manifest
@@ -209,8 +210,12 @@ def convert_arrays(
                   metadata={"source": "arrays"}, storage_options=dict(storage_options or {}))
 
 
-def load_arrays(output: str, prefix: str = "train", **storage_options) -> dict[str, np.ndarray]:
-    """Read shards written by :func:`convert_npz` / :func:`convert_arrays` back into arrays."""
+@strict_keywords
+def load_arrays(output: str, prefix: str = "train",
+                storage_options: Mapping | None = None) -> dict[str, np.ndarray]:
+    """Read shards written by :func:`convert_npz` / :func:`convert_arrays` back into arrays
+    (``storage_options``, a dict, goes to fsspec)."""
+    storage_options = storage_options_dict("load_arrays", storage_options)
     manifest = read_manifest(storage.join(output, manifest_name(prefix)), **storage_options)
     spec = manifest.features()
     records = []

@@ -32,7 +32,7 @@ def scan_image_folder(root: str, *, label_offset: int = 0, shuffle: bool = True,
     root = root.rstrip("/")
     exts = tuple(e.lower() for e in extensions)
     found = []
-    for rel, size in list_files(root, **so):
+    for rel, size in list_files(root, so):
         parts = rel.split("/")
         if len(parts) >= 2 and not any(p.startswith(".") for p in parts) and rel.lower().endswith(exts):
             found.append((rel, parts[0], size))

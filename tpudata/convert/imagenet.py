@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from tpudata import storage
+from tpudata._keywords import storage_options_dict
 from tpudata.convert.images import IMAGE_FEATURES, ImageExampleEncoder, ImageItem, list_files
 from tpudata.shards import BuildResult, build_shards
 from tpudata.shards.executors import make_executor
@@ -56,13 +57,14 @@ class ImageNetLayout:
 
 def _list_or_empty(directory: str, so: dict) -> list[tuple[str, int]]:
     try:
-        return list_files(directory, **so)
+        return list_files(directory, so)
     except FileNotFoundError:
         return []
 
 
-def read_synset_labels(url: str, **storage_options) -> list[str]:
+def read_synset_labels(url: str, storage_options: Mapping | None = None) -> list[str]:
     """The synsets of ``synset_labels.txt``, one per non-empty line."""
+    storage_options = storage_options_dict("read_synset_labels", storage_options)
     text = storage.read_bytes(url, **storage_options).decode("utf-8")
     return [line.strip() for line in text.splitlines() if line.strip()]
 
@@ -95,7 +97,7 @@ def scan_imagenet(raw_data_dir: str, seed: int = SHUFFLE_SEED,
                 f"{labels_url} is missing: it gives the synset of each validation image "
                 "(one per line, in sorted file order)"
             )
-        val_synsets = read_synset_labels(labels_url, **so)
+        val_synsets = read_synset_labels(labels_url, so)
         if len(val_synsets) != len(validation):
             raise ValueError(
                 f"{labels_url} has {len(val_synsets)} synsets for {len(validation)} validation "

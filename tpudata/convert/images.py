@@ -24,11 +24,12 @@ import io
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Mapping, NamedTuple
 
 import numpy as np
 
 from tpudata import storage
+from tpudata._keywords import storage_options_dict
 from tpudata.example import FixedLenFeature, encode_example
 
 logger = logging.getLogger(__name__)
@@ -141,8 +142,9 @@ class ImageExampleEncoder:
         return image_example(jpeg, height, width, item.label, item.synset, item.path)
 
 
-def list_files(directory: str, **storage_options) -> list[tuple[str, int]]:
+def list_files(directory: str, storage_options: Mapping | None = None) -> list[tuple[str, int]]:
     """``(relative path, size)`` of every file under ``directory`` (recursively), sorted."""
+    storage_options = storage_options_dict("list_files", storage_options)
     out = []
     if storage.is_local(directory):
         root = storage.local_path(directory)

@@ -4,12 +4,11 @@ from tpudata.dataset.core.base import INFINITE, UNKNOWN, Dataset, Iterator
 from tpudata.dataset.core.block import Block, RecordColumn
 from tpudata.dataset.core.columns import BytesColumn
 from tpudata.dataset.sources.files import (
-    AUTOTUNE,
     FixedLengthRecordDataset,
     TextLineDataset,
     TFRecordDataset,
 )
-from tpudata.dataset.core.options import Options
+from tpudata.dataset.core.options import AUTOTUNE, Options
 from tpudata.dataset.core.spec import TensorSpec, VarLenSpec
 
 import importlib as _importlib  # noqa: E402

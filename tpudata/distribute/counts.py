@@ -16,9 +16,11 @@ from __future__ import annotations
 import logging
 import math
 import sys
+from collections.abc import Mapping
 from typing import Iterable, Sequence
 
 from tpudata import storage
+from tpudata._keywords import storage_options_dict, strict_keywords
 
 logger = logging.getLogger(__name__)
 
@@ -73,14 +75,17 @@ def equal_num_batches(counts: Sequence[int], batch_size: int, num_splits: int,
     return min(per) if drop_remainder else max(per)
 
 
+@strict_keywords
 def file_record_counts(files: str | Iterable[str], progress: bool = True,
-                       **storage_options) -> list[int]:
-    """Records in each file: from the manifests when they cover the files, else by a scan."""
+                       storage_options: Mapping | None = None) -> list[int]:
+    """Records in each file: from the manifests when they cover the files, else by a scan
+    (``storage_options``, a dict, goes to fsspec)."""
     from tqdm.auto import tqdm  # noqa: PLC0415
 
     from tpudata.shards.manifest import record_counts  # noqa: PLC0415
     from tpudata.tfrecord.reader import TFRecordFileReader  # noqa: PLC0415
 
+    storage_options = storage_options_dict("file_record_counts", storage_options)
     names = storage.expand(files, **storage_options) if isinstance(files, str) else list(files)
     counts = record_counts(names, **storage_options)
     if counts is not None:
@@ -89,7 +94,7 @@ def file_record_counts(files: str | Iterable[str], progress: bool = True,
     out = []
     no_bar = not progress or not sys.stderr.isatty()  # a bar only on a terminal
     for name in tqdm(names, desc="counting records", unit="file", disable=no_bar, leave=False):
-        with TFRecordFileReader(name, **storage_options) as reader:
+        with TFRecordFileReader(name, storage_options=storage_options) as reader:
             out.append(sum(len(b) for b in reader))
     return out
 

@@ -8,8 +8,10 @@ divide evenly. Its batches are padded (weight 0 in ``mask_key``) up to
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Callable, Sequence
 
+from tpudata._keywords import strict_keywords
 from tpudata.distribute.counts import equal_num_batches, resolve_split
 from tpudata.errors import SplitError
 
@@ -25,13 +27,15 @@ def split_mode(split: str, num_files: int, count: int) -> str:
     return mode
 
 
+@strict_keywords
 def split_batches(files: Sequence[str], counts: Sequence[int], batch_size: int, index: int,
                   count: int, *, pipeline: Callable | None = None, split: str = "auto",
-                  mask_key: str = "weight", context=None, **storage_options):
+                  mask_key: str = "weight", context=None, storage_options: Mapping | None = None):
     """The :class:`~tpudata.Dataset` of reader ``index`` of ``count``: equal, padded batches.
 
     ``pipeline(ds, context)`` turns the reader's records into dict elements, one per record
     (default ``{"record": bytes}``); ``context`` is passed through (e.g. the epoch).
+    ``storage_options`` (a dict) goes to fsspec.
     """
     from tpudata.dataset import TFRecordDataset  # noqa: PLC0415
 
@@ -39,9 +43,9 @@ def split_batches(files: Sequence[str], counts: Sequence[int], batch_size: int, 
         raise ValueError(f"need 0 <= index < count, got {index} of {count}")
     mode = split_mode(split, len(files), count)
     if mode == "files":
-        ds = TFRecordDataset(list(files[index::count]), **storage_options)
+        ds = TFRecordDataset(list(files[index::count]), storage_options=storage_options)
     else:
-        ds = TFRecordDataset(list(files), **storage_options).shard(count, index)
+        ds = TFRecordDataset(list(files), storage_options=storage_options).shard(count, index)
     ds = pipeline(ds, context) if pipeline is not None else ds.map(_record_dict)
     steps = equal_num_batches(counts, batch_size, count, mode)
     return ds.batch(batch_size, pad_remainder=True, mask_key=mask_key, num_batches=steps)

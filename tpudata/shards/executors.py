@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import ast
 import logging
-import multiprocessing
 import os
 import sys
 import threading
 import time
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 
+from tpudata import _processes
 from tpudata.errors import MainGuardError
 
 logger = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ def make_executor(workers: int | None, tasks: int) -> tuple[Executor, int]:
     if workers == 1:
         return InlineExecutor(), 1
     check_main_guard()
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_processes.context("spawn"),
                                initializer=die_with_parent, initargs=(os.getpid(),))
     logger.debug("started a pool of %d worker processes", workers)
     return pool, 2 * workers

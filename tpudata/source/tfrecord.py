@@ -9,7 +9,11 @@ every record it reads, and returns the records in the order asked.
 
 Record offsets come from an index file next to each shard (``{shard}.idx``, DALI's
 ``tfrecord2idx`` format) or are built by scanning the shard (with a progress bar), once per
-process unless ``write_index=True`` stores them. The source pickles without open handles (and
+process unless ``write_index=True`` stores them. An index is checked against its shard when it is
+loaded (once per file): it must tile the whole file and be newer than it
+(:func:`~tpudata.tfrecord.index.check_index`); a stale one raises
+:class:`~tpudata.errors.StaleIndexError`, or is rebuilt with a warning when
+``rebuild_stale_index=True``. The source pickles without open handles (and
 with the indexes it has loaded), so it plugs into ``torch.utils.data.DataLoader`` workers and
 grain's ``MapDataset.source``.
 
@@ -27,15 +31,16 @@ import logging
 import os
 import sys
 import threading
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from tpudata import storage
+from tpudata._keywords import storage_options_dict, strict_keywords
 from tpudata.errors import CorruptRecordError, DataLossError, TruncatedRecordError
 from tpudata.shards.manifest import record_counts
 from tpudata.tfrecord import framing
-from tpudata.tfrecord.index import build_index, read_index
+from tpudata.tfrecord.index import build_index, check_index, load_index
 from tpudata.tfrecord.ranges import RangeReader
 from tpudata.tfrecord.reader import detect_compression
 
@@ -59,11 +64,15 @@ class TFRecordSource:
 
     ``index``: None (look for ``{file}{index_suffix}``, build it when missing), or one index per
     file (an index file URL or an ``(n, 2)`` array). ``write_index=True`` writes the indexes it
-    builds next to the files. ``verify`` checks every record's CRCs. ``max_gap``: records closer
+    builds next to the files (and rewrites the stale ones it rebuilds). Every index is checked
+    against its file before use; a stale one raises :class:`~tpudata.errors.StaleIndexError`
+    unless ``rebuild_stale_index=True`` (then the file is scanned again, with a warning).
+    ``verify`` checks every record's CRCs. ``max_gap``: records closer
     than this many bytes are fetched in one range read (default 4 KiB for local files, 256 KiB
     for remote ones).
     """
 
+    @strict_keywords
     def __init__(
         self,
         files: str | Iterable[str],
@@ -74,8 +83,10 @@ class TFRecordSource:
         write_index: bool = False,
         progress: bool = True,
         max_gap: int | None = None,
-        **storage_options,
+        rebuild_stale_index: bool = False,
+        storage_options: Mapping | None = None,
     ):
+        storage_options = storage_options_dict("TFRecordSource", storage_options)
         self.files = storage.expand(files, **storage_options) if isinstance(files, str) else [
             os.fspath(f) for f in files]
         if not self.files:
@@ -89,6 +100,7 @@ class TFRecordSource:
         self.write_index = write_index
         self.progress = progress
         self.max_gap = max_gap
+        self.rebuild_stale_index = rebuild_stale_index
         self.storage_options = storage_options
         self._given = list(index) if index is not None else [None] * len(self.files)
         self._indexes: list[np.ndarray | None] = [None] * len(self.files)
@@ -107,11 +119,15 @@ class TFRecordSource:
         given = self._given[k]
         if given is not None:
             if isinstance(given, (str, os.PathLike)):
-                return read_index(os.fspath(given), **self.storage_options)
-            return np.asarray(given, dtype=np.int64).reshape(-1, 2)
+                return load_index(url, os.fspath(given), self.rebuild_stale_index, self.verify,
+                                  self.storage_options)
+            index = np.asarray(given, dtype=np.int64).reshape(-1, 2)
+            check_index(index, url, None, self.storage_options)
+            return index
         idx_url = url + self.index_suffix
         if storage.listed_exists(idx_url, **self.storage_options):
-            return read_index(idx_url, **self.storage_options)
+            return load_index(url, idx_url, self.rebuild_stale_index, self.verify,
+                              self.storage_options, write=self.write_index)
         head = bytes(self._reader.read(url, 0, min(framing.HEADER_SIZE, storage.stat(url, **self.storage_options).size)))
         compression = detect_compression(head)
         if compression:
@@ -120,7 +136,7 @@ class TFRecordSource:
                 f"files (rewrite them with compression=None, or stream them with TFRecordDataset)")
         logger.info("indexing %s (no %s found)", url, idx_url)
         return build_index(url, idx_url if self.write_index else None, verify=self.verify,
-                           **self.storage_options)
+                           storage_options=self.storage_options)
 
     def _load_indexes(self, ks) -> None:
         todo = [k for k in ks if self._indexes[k] is None]

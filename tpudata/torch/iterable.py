@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Mapping
 from typing import Callable, Iterable, Iterator
 
 import torch
@@ -36,6 +37,7 @@ import tpudata.dataset.ops.parse  # noqa: F401
 import tpudata.dataset.parallel.prefetch  # noqa: F401
 import tpudata.dataset.ops.shuffle  # noqa: F401
 from tpudata import storage
+from tpudata._keywords import storage_options_dict, strict_keywords
 from tpudata.distribute.batches import SourceBatches
 from tpudata.errors import DataLoaderConfigError, SplitError
 from tpudata.distribute.counts import equal_num_batches, file_record_counts
@@ -175,16 +177,19 @@ class TFRecordIterable(_SplitIterable):
     gives each reader whole files (they must divide evenly), ``"records"`` deals records round
     robin, ``"auto"`` takes files when they divide. Every reader yields
     ``equal_num_batches(...)`` batches of ``batch_size`` rows with a float32 ``mask_key``.
+    ``storage_options`` (a dict) goes to fsspec.
     """
 
+    @strict_keywords
     def __init__(self, files: str | Iterable[str], batch_size: int, *,
                  pipeline: Callable | None = None, split: str = "auto",
                  num_workers: int | None = None, rank: int | None = None,
                  world_size: int | None = None, mask_key: str = "weight",
                  counts: list[int] | None = None, progress: bool = True, bytes_as: str = "list",
-                 shared_memory: bool = True, **storage_options):
+                 shared_memory: bool = True, storage_options: Mapping | None = None):
         super().__init__(batch_size, num_workers, rank, world_size, mask_key, bytes_as,
                          shared_memory)
+        storage_options = storage_options_dict("TFRecordIterable", storage_options)
         self.files = storage.expand(files, **storage_options) if isinstance(files, str) else list(files)
         if not self.files:
             raise FileNotFoundError(f"no files match {files!r}")
@@ -192,7 +197,7 @@ class TFRecordIterable(_SplitIterable):
         self.split = split
         self.storage_options = storage_options
         self.counts = list(counts) if counts is not None else file_record_counts(
-            self.files, progress=progress, **storage_options)
+            self.files, progress=progress, storage_options=storage_options)
         if len(self.counts) != len(self.files):
             raise ValueError(f"counts: {len(self.counts)} numbers for {len(self.files)} files")
         if num_workers is not None:
@@ -206,7 +211,7 @@ class TFRecordIterable(_SplitIterable):
     def _open(self, split: Split, state):
         ds = split_batches(self.files, self.counts, self.batch_size, split.index, split.count,
                            pipeline=self.pipeline, split=self.split, mask_key=self.mask_key,
-                           context=split, **self.storage_options)
+                           context=split, storage_options=self.storage_options)
         return ds.iterator(state)
 
 
@@ -218,6 +223,7 @@ class SourceIterable(_SplitIterable):
     ``transform(records) -> dict of arrays`` (e.g. ``lambda r: tpudata.parse_examples(r, spec)``).
     """
 
+    @strict_keywords
     def __init__(self, source, batch_size: int, *, transform: Callable | None = None,
                  seed: int = 0, shuffle: bool = True, num_workers: int | None = None,
                  rank: int | None = None, world_size: int | None = None,

@@ -3,21 +3,11 @@
 from __future__ import annotations
 
 import collections
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from tpudata.dataset.core.base import BlockIterator, Cursor, Dataset
 from tpudata.dataset.core.iterator import BLOCK_WANT
-
-AUTOTUNE = -1
-
-
-def _threads(n: int | None) -> int:
-    if n is None:
-        return 0
-    return (os.cpu_count() or 2) if n == AUTOTUNE else max(0, int(n))
-
 
 class _Unary(Dataset):
     def __init__(self, input_ds: Dataset):
@@ -145,4 +135,4 @@ def input_spec(ds):
     return _static(ds)
 
 
-__all__ = ["AUTOTUNE", "input_spec"]
+__all__ = ["input_spec"]

@@ -22,7 +22,38 @@ same knob, the outermost (last applied) wins.
 
 from __future__ import annotations
 
+import os
+
 from tpudata.dataset.core.common import _Unary, input_spec
+
+#: ``num_parallel_calls=AUTOTUNE`` / ``num_parallel_reads=AUTOTUNE`` (``tf.data.AUTOTUNE``): one
+#: worker per core, or ``Options.autotune.cpu_budget`` where the op honours options. The one
+#: definition (``tpudata.AUTOTUNE`` and ``tpudata.dataset.AUTOTUNE`` are this value).
+AUTOTUNE = -1
+
+
+def worker_count(n, name: str = "num_parallel_calls", default: int = 0) -> int:
+    """How many workers ``num_parallel_calls`` (or the argument ``name``) asks for: None or 0
+    give ``default`` (0: none, the work runs in the caller's thread; AUTOTUNE: one per core),
+    AUTOTUNE one per core, N >= 1 N; anything else raises ValueError. Every op turns its
+    parallelism argument into workers here.
+
+    >>> worker_count(None), worker_count(3), worker_count(AUTOTUNE) == (os.cpu_count() or 2)
+    (0, 3, True)
+    """
+    if n is None or int(n) == 0:
+        return worker_count(default, name) if default else 0
+    n = int(n)
+    if n == AUTOTUNE:
+        return os.cpu_count() or 2
+    if n < 1:
+        raise ValueError(f"{name} must be >= 1, None or AUTOTUNE (-1), not {n}")
+    return n
+
+
+def is_autotune(n) -> bool:
+    """Whether ``num_parallel_calls`` is AUTOTUNE (then ``Options.autotune.cpu_budget`` applies)."""
+    return n is not None and int(n) == AUTOTUNE
 
 
 class _Group:
@@ -147,4 +178,5 @@ def options_of(ds) -> Options:
     return out
 
 
-__all__ = ["AutotuneOptions", "Options", "OptionsDataset", "ThreadingOptions", "options_of"]
+__all__ = ["AUTOTUNE", "AutotuneOptions", "Options", "OptionsDataset", "ThreadingOptions",
+           "is_autotune", "options_of", "worker_count"]

@@ -21,7 +21,6 @@ into a block): return a new array per call, not one buffer refilled in place.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from typing import Callable
 
@@ -30,9 +29,10 @@ import numpy as np
 from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import Dataset
 from tpudata.dataset.core.block import Block
-from tpudata.dataset.parallel.executor import ThreadMapper, resolve_parallelism
+from tpudata.dataset.parallel.executor import ThreadMapper
 from tpudata.dataset.core.iterator import BlockIterator, Cursor
 from tpudata.dataset.core.nest import flatten
+from tpudata.dataset.core.options import AUTOTUNE, is_autotune, worker_count
 from tpudata.dataset.core.spec import OutputChecker, traced_spec
 
 logger = logging.getLogger(__name__)
@@ -92,13 +92,12 @@ class MapDataset(Dataset):
             raise TypeError(f"map() needs a callable, not {type(fn).__name__}")
         self.input = input_ds
         self.fn = fn
-        self.workers = resolve_parallelism(num_parallel_calls)
-        if use_processes and not self.workers:
-            self.workers = os.cpu_count() or 2
+        # use_processes without num_parallel_calls: one worker process per core
+        self.workers = worker_count(num_parallel_calls, default=AUTOTUNE if use_processes else 0)
         self.use_processes = bool(use_processes)
         self.deterministic = True if deterministic is None else bool(deterministic)
         self.deterministic_arg = deterministic  # None: Options.deterministic decides
-        self.autotune = num_parallel_calls is not None and int(num_parallel_calls) == -1
+        self.autotune = is_autotune(num_parallel_calls)
         self.output_signature = output_signature
         self.name = f"map({function_name(fn)})"
 

@@ -13,7 +13,8 @@ from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import Dataset
 from tpudata.dataset.core.block import Block, RecordColumn
 from tpudata.dataset.core.columns import BytesColumn
-from tpudata.dataset.core.common import PartialBlock, _BlockMapIterator, _threads, _Unary
+from tpudata.dataset.core.common import PartialBlock, _BlockMapIterator, _Unary
+from tpudata.dataset.core.options import worker_count
 from tpudata.dataset.core.nest import flatten
 from tpudata.errors import InvalidExampleError, SpecError
 from tpudata.example.features import FixedLenSequenceFeature, RaggedFeature
@@ -110,7 +111,7 @@ class ParseDataset(_Unary):
     def __init__(self, input_ds, features, num_parallel_calls=None, views: bool = True):
         super().__init__(input_ds)
         self.spec = normalize_spec(features)
-        self.threads = _threads(num_parallel_calls)
+        self.threads = worker_count(num_parallel_calls)
         self.views = bool(views)
         self.tree, _ = flatten({k: 0 for k in self.spec})
 

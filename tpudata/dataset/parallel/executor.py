@@ -22,7 +22,6 @@ import collections
 import concurrent.futures as cf
 import itertools
 import logging
-import os
 import threading
 from typing import Any, Callable, Iterable, Iterator
 
@@ -30,20 +29,7 @@ from tpudata.dataset.core.iterator import POLL_SECONDS, Cancelled
 
 logger = logging.getLogger(__name__)
 
-AUTOTUNE = -1
 _pool_ids = itertools.count()
-
-
-def resolve_parallelism(n: int | None) -> int:
-    """``num_parallel_calls`` as a worker count: None/0 -> 0 (in the caller), AUTOTUNE -> cores."""
-    if n is None:
-        return 0
-    n = int(n)
-    if n == AUTOTUNE:
-        return os.cpu_count() or 2
-    if n < 0:
-        raise ValueError(f"num_parallel_calls must be >= 1, None or AUTOTUNE (-1), not {n}")
-    return n
 
 
 class ThreadMapper:
@@ -128,4 +114,4 @@ class ThreadMapper:
             pass
 
 
-__all__ = ["AUTOTUNE", "ThreadMapper", "resolve_parallelism"]
+__all__ = ["ThreadMapper"]

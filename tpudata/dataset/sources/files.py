@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 
 import numpy as np
 
 from tpudata.dataset.core import registry
 from tpudata import storage
-from tpudata._keywords import unknown_keyword_error
+from tpudata._keywords import storage_options_dict, strict_keywords
 from tpudata.dataset.core.base import UNKNOWN, BlockIterator, Dataset
 from tpudata.dataset.core.block import Block, RecordColumn
 from tpudata.dataset.core.nest import LEAF, flatten
+from tpudata.dataset.core.options import worker_count
 from tpudata.errors import DataLossError
 from tpudata.tfrecord.batch import RecordBatch
 from tpudata.tfrecord.compression import normalize_compression, open_stream
@@ -26,7 +28,6 @@ from tpudata.tfrecord.whole import whole_file
 logger = logging.getLogger(__name__)
 
 BLOCK_ELEMENTS = 65536
-AUTOTUNE = -1
 
 
 def _to_column(value) -> np.ndarray:
@@ -124,28 +125,14 @@ class FileListDataset(TensorSlicesDataset):
         self.files = list(files)
 
 
-def check_keywords(op: str, unknown: dict, valid) -> None:
-    """Raise TypeError for keywords ``op`` does not take, naming the closest valid one."""
-    if unknown:
-        raise unknown_keyword_error(op, sorted(unknown)[0], valid)
-
-
-def _storage(op: str, storage_options, legacy: dict, valid) -> dict:
-    check_keywords(op, legacy, valid)
-    if storage_options is not None and not isinstance(storage_options, dict):
-        raise TypeError(f"{op}(): storage_options must be a dict, not "
-                        f"{type(storage_options).__name__}")
-    return dict(storage_options or {})
-
-
+@strict_keywords
 def list_files(file_pattern, shuffle: bool | None = None, seed: int | None = None,
-               storage_options: dict | None = None, **unknown) -> Dataset:
+               storage_options: Mapping | None = None) -> Dataset:
     """Files matching a glob (or list of globs). As in TF, ``shuffle=None`` means True: the
     names are shuffled (seeded by ``seed``), again each epoch; ``shuffle=False`` keeps them
     sorted. Without a seed every process draws its own order, so ``.shard()`` after an
     unseeded shuffle gives hosts overlapping files: that combination warns."""
-    storage_options = _storage("list_files", storage_options, unknown,
-                               ("file_pattern", "shuffle", "seed", "storage_options"))
+    storage_options = storage_options_dict("list_files", storage_options)
     pattern = file_pattern
     patterns = [pattern] if isinstance(pattern, (str, os.PathLike)) else list(pattern)
     files: list[str] = []
@@ -331,12 +318,13 @@ class _TFRecordFiles(_RecordFilesDataset):
 READ_AHEAD_BYTES = 32 << 20
 
 
+@strict_keywords
 def TFRecordDataset(filenames, compression_type: str | None = None,
                     buffer_size: int | None = None,
                     num_parallel_reads: int | None = None, verify: bool = True,
                     on_error: str = "raise", compression: str | None = None,
                     read_ahead_bytes: int = READ_AHEAD_BYTES, use_mmap: bool = False,
-                    storage_options: dict | None = None, **unknown) -> Dataset:
+                    storage_options: Mapping | None = None) -> Dataset:
     """Records of TFRecord files (any fsspec URL), like ``tf.data.TFRecordDataset``.
 
     ``filenames`` is a name, a list of names (a glob among them is expanded, sorted, as
@@ -353,9 +341,7 @@ def TFRecordDataset(filenames, compression_type: str | None = None,
     ``storage_options`` (a dict) goes to fsspec; any other keyword raises TypeError naming the
     closest valid one.
     """
-    storage_options = _storage("TFRecordDataset", storage_options, unknown, (
-        "filenames", "compression_type", "buffer_size", "num_parallel_reads", "verify",
-        "on_error", "compression", "read_ahead_bytes", "use_mmap", "storage_options"))
+    storage_options = storage_options_dict("TFRecordDataset", storage_options)
     if compression is not None and compression_type is not None and compression != compression_type:
         raise ValueError("give compression or compression_type (tf.data's name), not both")
     compression_type = compression_type if compression_type is not None else compression
@@ -365,16 +351,16 @@ def TFRecordDataset(filenames, compression_type: str | None = None,
     def one(name) -> Dataset:  # parallel reads: each file already has its own thread
         return _TFRecordFiles(_names(name), *opts)
 
+    k = worker_count(num_parallel_reads, "num_parallel_reads")
     if isinstance(filenames, Dataset):
         files_ds = filenames
     else:
         files = _globbed(_names(filenames), storage_options)
-        if not num_parallel_reads or num_parallel_reads == 1 or len(files) == 1:
+        if k <= 1 or len(files) == 1:
             return _TFRecordFiles(files, *opts, read_ahead_bytes=read_ahead_bytes)
         files_ds = FileListDataset(files)
-    if not num_parallel_reads:  # one reader thread, reused from file to file
+    if not k:  # one reader thread, reused from file to file
         return files_ds.interleave(one, cycle_length=1, block_length=1, num_parallel_calls=1)
-    k = os.cpu_count() or 2 if num_parallel_reads == AUTOTUNE else int(num_parallel_reads)
     return files_ds.interleave(one, cycle_length=k, block_length=1, num_parallel_calls=k,
                                deterministic=True)
 
@@ -422,29 +408,29 @@ class _FixedLengthFiles(_RecordFilesDataset):
 
 
 def _read_in_parallel(files: list[str], one, num_parallel_reads) -> Dataset:
-    """``num_parallel_reads=k`` files read at once in background threads, their records
-    interleaved one by one in a deterministic order (as tf.data's readers do)."""
-    k = os.cpu_count() or 2 if num_parallel_reads == AUTOTUNE else int(num_parallel_reads)
+    """``one`` of each file; with ``num_parallel_reads=k`` (2 or more), ``k`` files read at
+    once in background threads, their records interleaved one by one in a deterministic order
+    (as tf.data's readers do)."""
+    k = worker_count(num_parallel_reads, "num_parallel_reads")
+    if k <= 1 or len(files) == 1:
+        return one(files)
     return FileListDataset(files).interleave(one, cycle_length=k, block_length=1,
                                              num_parallel_calls=k, deterministic=True)
 
 
+@strict_keywords
 def FixedLengthRecordDataset(filenames, record_bytes: int, header_bytes: int | None = None,
                              footer_bytes: int | None = None, buffer_size: int | None = None,
                              compression_type: str | None = None,
                              num_parallel_reads: int | None = None,
-                             storage_options: dict | None = None, **unknown) -> Dataset:
+                             storage_options: Mapping | None = None) -> Dataset:
     """Fixed-size records after a header and before a footer, like tf.data's reader
     (``header_bytes``/``footer_bytes`` None mean 0; ``num_parallel_reads`` as in
     :func:`TFRecordDataset`)."""
-    storage_options = _storage("FixedLengthRecordDataset", storage_options, unknown, (
-        "filenames", "record_bytes", "header_bytes", "footer_bytes", "buffer_size",
-        "compression_type", "num_parallel_reads", "storage_options"))
+    storage_options = storage_options_dict("FixedLengthRecordDataset", storage_options)
     opts = (record_bytes, header_bytes or 0, footer_bytes or 0, buffer_size, compression_type,
             storage_options)
     files = _globbed(_names(filenames), storage_options)
-    if not num_parallel_reads or num_parallel_reads == 1 or len(files) == 1:
-        return _FixedLengthFiles(files, *opts)
     return _read_in_parallel(files, lambda f: _FixedLengthFiles(_names(f), *opts),
                              num_parallel_reads)
 
@@ -485,23 +471,20 @@ class _TextLineFiles(_RecordFilesDataset):
                     return
 
 
+@strict_keywords
 def TextLineDataset(filenames, compression_type: str | None = None, buffer_size: int | None = None,
-                    num_parallel_reads: int | None = None, storage_options: dict | None = None,
-                    **unknown) -> Dataset:
+                    num_parallel_reads: int | None = None,
+                    storage_options: Mapping | None = None) -> Dataset:
     """Lines of text files (without ``\\n`` / ``\\r\\n``), as bytes, like tf.data's reader
     (``num_parallel_reads`` as in :func:`TFRecordDataset`)."""
-    storage_options = _storage("TextLineDataset", storage_options, unknown, (
-        "filenames", "compression_type", "buffer_size", "num_parallel_reads", "storage_options"))
+    storage_options = storage_options_dict("TextLineDataset", storage_options)
     files = _globbed(_names(filenames), storage_options)
-    if not num_parallel_reads or num_parallel_reads == 1 or len(files) == 1:
-        return _TextLineFiles(files, compression_type, buffer_size, storage_options)
     return _read_in_parallel(
         files, lambda f: _TextLineFiles(_names(f), compression_type, buffer_size, storage_options),
         num_parallel_reads)
 
 
 __all__ = [
-    "AUTOTUNE",
     "FileListDataset",
     "FixedLengthRecordDataset",
     "RangeDataset",

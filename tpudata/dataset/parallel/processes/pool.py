@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import multiprocessing
 import os
 import pickle
 import secrets
@@ -32,12 +31,11 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from tpudata import _accel
+from tpudata._processes import context as _context
 from tpudata.dataset.parallel.processes import shm as _shm
 from tpudata.dataset.parallel.processes import worker as _procworker
 from tpudata.dataset.parallel.processes.start import (
     dumps_fn as _dumps_fn,
-    preload_forkserver as _preload_forkserver,
     signal_name as _signal_name,
     start_method as _start_method,
     stop_processes as _stop_processes,
@@ -107,8 +105,6 @@ class ProcessMapper:
         self._deterministic = bool(deterministic)
         self._start_method = _start_method(start_method)
         fn_bytes = _dumps_fn(fn, getattr(fn, "sent_by", None))  # NotPicklableError names fn
-        # results are copied into fresh memory: keep it mapped (not the arena limit: a trainer's threads)
-        _accel.ensure_allocator_tuned(arena_max=None)
         self._lock = threading.Lock()
         self._closing_done = threading.Event()
         self._prefix = f"tpd{os.getpid()}{secrets.token_hex(3)}_"
@@ -124,9 +120,7 @@ class ProcessMapper:
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._workers: list[_Worker] = []
         self._closed = False
-        ctx = multiprocessing.get_context(self._start_method)
-        if self._start_method == "forkserver":
-            _preload_forkserver(ctx)
+        ctx = _context(self._start_method)  # changes no multiprocessing global
         try:
             for index in range(num_workers):
                 conn, child_conn = ctx.Pipe(duplex=True)

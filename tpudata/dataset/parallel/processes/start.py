@@ -1,6 +1,7 @@
 """Starting and stopping the worker processes of :class:`~tpudata.dataset.parallel.processes.pool.ProcessMapper`:
-the start method (forkserver or spawn, never fork), the fork server's preloaded modules, pickling
-the function for the workers, and stopping them (told, then terminated, then killed)."""
+the start method (forkserver or spawn, never fork; :mod:`~tpudata.dataset.parallel.processes.contexts`
+starts them), pickling the function for the workers, and stopping them (told, then terminated,
+then killed)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from tpudata.errors import NotPicklableError
 
 logger = logging.getLogger("tpudata.dataset.parallel.processes.pool")
 
-__all__ = ["describe_function", "dumps_fn", "preload_forkserver", "signal_name", "start_method",
-           "stop_processes", "user_function"]
+__all__ = ["describe_function", "dumps_fn", "signal_name", "start_method", "stop_processes",
+           "user_function"]
 
 _STOP_GRACE_S = 0.2  # close(): time for idle workers to exit before they are terminated
 _JOIN_S = 0.5  # close(): time for a terminated worker to exit before it is killed
@@ -35,25 +36,6 @@ def start_method(start_method: str | None) -> str:
         usable = [m for m in ("forkserver", "spawn") if m in available]
         raise ValueError(f"start_method must be one of {usable} or None, got {start_method!r}")
     return start_method
-
-
-_PRELOAD = ("tpudata.dataset.parallel.processes.worker", "tpudata.dataset.parallel.processes.map")
-
-
-def preload_forkserver(ctx) -> None:
-    """Have the fork server (when it is not running yet) import the worker's modules once, so
-    that each worker forked from it starts in milliseconds instead of importing numpy and
-    tpudata again (~0.3-1 s; the server's own ``__main__`` preload does not take effect on
-    Python < 3.13). Adds to the modules already asked for; a running server is left as is."""
-    from multiprocessing import forkserver
-
-    server = getattr(forkserver, "_forkserver", None)
-    if server is None or getattr(server, "_forkserver_pid", None) is not None:
-        return
-    modules = list(getattr(server, "_preload_modules", None) or ["__main__"])
-    missing = [m for m in _PRELOAD if m not in modules]
-    if missing:
-        ctx.set_forkserver_preload(modules + missing)
 
 
 def user_function(fn):
