@@ -99,21 +99,24 @@ def parse_goog_hash(header: str | None) -> dict[str, str]:
 
 
 class Hasher:
-    """Running CRC32C and MD5 over data fed in pieces."""
+    """Running CRC32C and MD5 over data fed in pieces (``md5=False``: CRC32C only, as for
+    composite objects, which GCS gives no MD5)."""
 
-    def __init__(self) -> None:
+    def __init__(self, md5: bool = True) -> None:
         self.crc = 0
-        self.md5 = hashlib.md5()
+        self.md5 = hashlib.md5() if md5 else None
         self.size = 0
 
     def copy(self) -> "Hasher":
         """An independent copy of the running state (to roll back a failed chunk)."""
-        other = Hasher()
-        other.crc, other.md5, other.size = self.crc, self.md5.copy(), self.size
+        other = Hasher(md5=False)
+        other.crc, other.size = self.crc, self.size
+        other.md5 = self.md5.copy() if self.md5 is not None else None
         return other
 
     def update(self, data) -> None:
         """Feed the next piece."""
         self.crc = crc32c_update(self.crc, data)
-        self.md5.update(data)
+        if self.md5 is not None:
+            self.md5.update(data)
         self.size += len(data)

@@ -258,7 +258,12 @@ def move_to(app: App, req: Request, bucket: str, src: str, dst: str) -> dict:
 
 
 def compose(app: App, req: Request, bucket: str, name: str) -> dict:
-    """Concatenate up to 32 source objects of ``bucket`` into ``name``."""
+    """Concatenate up to 32 source objects of ``bucket`` into ``name``.
+
+    ``"deleteSourceObjects": true`` in the request deletes the composed source generations for
+    good once the destination is committed (GCS: no soft delete, no noncurrent versions; a
+    source overwritten meanwhile keeps its new generation).
+    """
     body = req.read_json(app.limits.max_json_bytes)
     validate_object_name(name)
     sources = body.get("sourceObjects")
@@ -266,6 +271,9 @@ def compose(app: App, req: Request, bucket: str, name: str) -> dict:
         raise bad_request("compose needs sourceObjects.")
     if len(sources) > MAX_COMPOSE_SOURCES:
         raise bad_request(f"compose takes at most {MAX_COMPOSE_SOURCES} source objects.")
+    delete_sources = body.get("deleteSourceObjects", False)
+    if not isinstance(delete_sources, bool):
+        raise bad_request(f"Invalid value for deleteSourceObjects: {delete_sources!r}")
     readers, versions = [], []
     try:
         with app.store.lock:
@@ -282,7 +290,7 @@ def compose(app: App, req: Request, bucket: str, name: str) -> dict:
                 if cond is not None and cond != version.generation:
                     raise GCSError(412, "At least one of the pre-conditions you specified did not hold.")
         writer = app.store.backend.writer()
-        hasher = Hasher()
+        hasher = Hasher(md5=False)  # a composite object has a CRC32C and no MD5
         try:
             for reader in readers:
                 for offset in range(0, reader.size, 8 << 20):
@@ -304,7 +312,10 @@ def compose(app: App, req: Request, bucket: str, name: str) -> dict:
     if "contentType" not in fields and versions[0].fields.get("contentType"):
         fields["contentType"] = versions[0].fields["contentType"]
     count = sum(v.component_count or 1 for v in versions)
-    version = app.store.commit(
-        bucket, name, blob, hasher.crc, None, fields, Preconditions.from_params(req.params), count
-    )
+    with app.store.lock:  # the destination appears and its sources go in one step
+        version = app.store.commit(
+            bucket, name, blob, hasher.crc, None, fields, Preconditions.from_params(req.params), count
+        )
+        if delete_sources:
+            app.store.delete_exact(bucket, versions)
     return version.resource(req.base_url)

@@ -315,6 +315,28 @@ class Store:
                 self.backend.discard(version.blob)
             self._drop_name_if_unused(b, name)
 
+    def delete_exact(self, bucket: str, versions: list[ObjectVersion]) -> None:
+        """Delete these exact generations for good (compose's ``deleteSourceObjects``).
+
+        A generation that is gone already is skipped; a newer generation written under the same
+        name since is left alone. Nothing is kept as noncurrent, even in a versioned bucket.
+        """
+        with self.lock:
+            b = self.bucket(bucket)
+            for version in versions:
+                if b.live.get(version.name) is version:
+                    del b.live[version.name]
+                else:
+                    old = b.noncurrent.get(version.name, [])
+                    kept = [v for v in old if v.generation != version.generation]
+                    if len(kept) == len(old):
+                        continue
+                    b.noncurrent[version.name] = kept
+                    version = old[[v.generation for v in old].index(version.generation)]
+                self.backend.delete_object(version)
+                self.backend.discard(version.blob)
+                self._drop_name_if_unused(b, version.name)
+
     def move(
         self,
         bucket: str,

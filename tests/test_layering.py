@@ -16,7 +16,8 @@ PKG = os.path.join(ROOT, "tpudata")
 # lowest first; a unit may import units of a lower (or its own) rank
 LAYERS = [
     {"errors"},
-    {"_accel", "_native", "_keywords", "_outpool", "_objects", "_gcs", "_extras"},
+    {"_accel", "_native", "_keywords", "_outpool", "_objects", "_ranged", "_gcs", "_extras",
+     "_processes", "_info", "_upload"},
     {"storage"},
     {"tfrecord"},
     {"example"},

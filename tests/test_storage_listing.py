@@ -13,7 +13,7 @@ import pytest
 import tpudata
 from fake_gcs import FakeGCSServer
 from fake_gcs.env import clear_fsspec_cache, pointed_at
-from tpudata import storage
+from tpudata import _ranged, storage
 from tpudata.errors import StorageError
 
 BUCKET = "listing-bkt"
@@ -112,11 +112,12 @@ def test_random_access_source_reads_indexes_and_manifest_without_metadata(server
     assert kinds.get("metadata", 0) == 0 and kinds["list"] == 1 and kinds["media"] == 8, kinds
 
 
-def test_a_file_that_changes_generation_while_read_raises_naming_it(server):
+def test_a_file_that_changes_generation_while_read_raises_naming_it(server, monkeypatch):
     records = [bytes([i]) * 100 for i in range(20)]
     _upload({"gen/a": _shard_bytes(records)})
     [url] = storage.glob(f"gs://{BUCKET}/gen/*")
     listed = storage.stat(url)
+    monkeypatch.setattr(_ranged, "WINDOW_BYTES", 512)  # read ahead two ranges, not the file
     reader = tpudata.TFRecordFileReader(url, buffer_size=256)
     batches = iter(reader)
     first = next(batches)
@@ -127,6 +128,19 @@ def test_a_file_that_changes_generation_while_read_raises_naming_it(server):
             pass
     message = str(err.value)
     assert url in message and listed.generation in message and "changed while it was read" in message
+
+
+def test_a_file_read_ahead_whole_before_it_changes_is_the_old_generation_whole(server):
+    records = [bytes([i]) * 100 for i in range(20)]
+    _upload({"ahead/a": _shard_bytes(records)})
+    [url] = storage.glob(f"gs://{BUCKET}/ahead/*")
+    batches = iter(tpudata.TFRecordFileReader(url, buffer_size=2048))
+    got = next(batches).to_list()
+    assert _ranged.wait_idle()  # both ranges of the file fetched (a new reader asks for two)
+    _upload({"ahead/a": _shard_bytes(records[::-1])})
+    for batch in batches:
+        got += batch.to_list()
+    assert got == records
 
 
 def test_a_file_rewritten_after_listing_is_refused_until_listed_again(server):

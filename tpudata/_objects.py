@@ -19,7 +19,9 @@ import logging
 import threading
 from collections import OrderedDict
 from typing import NamedTuple
+from urllib.parse import urlencode
 
+from tpudata import _ranged
 from tpudata.errors import StorageError
 
 logger = logging.getLogger(__name__)
@@ -142,11 +144,15 @@ class PinnedObject(io.RawIOBase):
     """A read-only file over one GCS object generation, read with ranged GETs.
 
     ``info`` is what a listing said (size and generation); without it the object is asked for
-    once. Each ``readinto`` is one ranged GET of at most the buffer's size, pinned to the
-    generation (``?generation=``). Supports ``seek``/``tell``, ``size`` and ``generation``.
+    once. Every GET is pinned to the generation (``?generation=``). ``sequential=True`` (a
+    reader going front to back) reads ahead through the process's shared
+    :class:`~tpudata._ranged.RangePool`: a window of ranges fetched in parallel, so one object
+    read alone reaches the link. Otherwise each ``readinto`` is one ranged GET of at most the
+    buffer's size. Supports ``seek``/``tell``, ``size`` and ``generation``.
     """
 
-    def __init__(self, fs, path: str, url: str, info: ObjectInfo | None = None):
+    def __init__(self, fs, path: str, url: str, info: ObjectInfo | None = None,
+                 sequential: bool = False, chunk_bytes: int = _ranged.CHUNK_BYTES):
         super().__init__()
         self.fs = fs
         self.path = path
@@ -157,6 +163,12 @@ class PinnedObject(io.RawIOBase):
             info = self._ask()
         self.size = info.size
         self.generation = info.generation
+        self.sequential = self.reads_ahead = sequential
+        self.chunk_bytes = chunk_bytes
+        self._stream = None
+        # plain HTTP GETs unless the filesystem brings its own session settings (a proxy)
+        self._http = (hasattr(fs, "url") and hasattr(fs, "_get_headers")
+                      and not getattr(fs, "session_kwargs", None))
 
     def _ask(self) -> ObjectInfo:
         invalidate = getattr(self.fs, "invalidate_cache", None)
@@ -182,15 +194,27 @@ class PinnedObject(io.RawIOBase):
         self._pos = base + offset
         return self._pos
 
-    def _fetch(self, start: int, end: int) -> bytes:
+    def _fetch_into(self, conns: dict, start: int, end: int, out, cancelled=lambda: False) -> None:
+        """Bytes ``[start, end)`` into ``out``; ``EOFError`` when the object has fewer."""
+        if self._http:
+            url = self.fs.url(self.path, generation=self.generation)
+            params = self.fs._get_params({})
+            if params:
+                url += "&" + urlencode(params)
+            timeout = getattr(self.fs, "requests_timeout", None) or _ranged.TIMEOUT_S
+            _ranged.get_range(conns, url, self.fs._get_headers(None), start, end, out,
+                              cancelled, timeout)
+            return
         kwargs = {"generation": self.generation} if self.generation else {}
-        return self.fs.cat_file(self.path, start=start, end=end, **kwargs)
+        data = self.fs.cat_file(self.path, start=start, end=end, **kwargs)
+        out[: len(data)] = data
+        if len(data) < end - start:
+            raise EOFError(f"{len(data)} of {end - start} bytes")
 
     def readall(self) -> bytes:
-        """The rest of the object in one ranged GET (not ``io``'s 8 KiB reads)."""
+        """The rest of the object (one ranged GET unless reading ahead)."""
         out = bytearray(max(0, self.size - self._pos))
-        got = self.readinto(out) if out else 0
-        return bytes(out[:got])
+        return bytes(out[:fill(self.readinto, out)])
 
     def readinto(self, buffer) -> int:
         mv = memoryview(buffer).cast("B")
@@ -198,34 +222,74 @@ class PinnedObject(io.RawIOBase):
         if n <= 0:
             return 0
         try:
-            data = self._fetch(self._pos, self._pos + n)
+            if self.sequential:
+                if self._stream is None:
+                    self._stream = _ranged.get_pool().stream(
+                        self._fetch_into, self.size, self.chunk_bytes,
+                        max(_ranged.WINDOW_BYTES, self.chunk_bytes))
+                got = self._stream.readinto(self._pos, mv[:n])
+            else:
+                self._fetch_into(_direct_connections(), self._pos, self._pos + n, mv[:n])
+                got = n
+        except EOFError as exc:
+            raise StorageError(
+                f"{self.url} (generation {self.generation}) returned fewer bytes than asked "
+                f"({exc}): it is shorter than the {self.size} bytes listed", url=self.url) from exc
         except Exception as exc:
             if not (self.generation and _not_found(exc)):
                 raise
-            old = self.generation
-            try:
-                now = self._ask()
-            except FileNotFoundError:
-                raise StorageError(
-                    f"{self.url} was deleted while it was read (generation {old}, at byte "
-                    f"{self._pos}): list the files again and restart the epoch", url=self.url) from exc
-            if now.generation == old:
-                raise
-            when = (f"while it was read (read up to byte {self._pos})" if self._read_any else
-                    "since it was listed")
-            raise StorageError(
-                f"{self.url} changed {when}: generation {old} ({self.size} bytes) is now "
-                f"generation {now.generation} ({now.size} bytes); list the files again (restart "
-                f"the epoch or the pipeline) to read the new one", url=self.url) from exc
-        got = len(data)
-        mv[:got] = data
+            self._changed(exc)
         self._pos += got
         self._read_any = True
-        if got < n:
-            raise StorageError(
-                f"{self.url} (generation {self.generation}) returned {got} of {n} bytes at byte "
-                f"{self._pos - got}: it is shorter than the {self.size} bytes listed", url=self.url)
         return got
 
+    def _changed(self, exc: BaseException):
+        """Raise for a 404 on a pinned generation: deleted, replaced, or (same generation) the
+        original error."""
+        old = self.generation
+        try:
+            now = self._ask()
+        except FileNotFoundError:
+            raise StorageError(
+                f"{self.url} was deleted while it was read (generation {old}, at byte "
+                f"{self._pos}): list the files again and restart the epoch", url=self.url) from exc
+        if now.generation == old:
+            raise exc
+        when = (f"while it was read (read up to byte {self._pos})" if self._read_any else
+                "since it was listed")
+        raise StorageError(
+            f"{self.url} changed {when}: generation {old} ({self.size} bytes) is now "
+            f"generation {now.generation} ({now.size} bytes); list the files again (restart "
+            f"the epoch or the pipeline) to read the new one", url=self.url) from exc
 
-__all__ = ["ObjectInfo", "ObjectTable", "PinnedObject", "TABLE", "endpoint_of", "info_of"]
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+        super().close()
+
+
+def fill(readinto, buffer) -> int:
+    """Call ``readinto`` until ``buffer`` is full or it returns 0; the bytes read."""
+    mv = memoryview(buffer)
+    got = 0
+    while got < len(mv):
+        n = readinto(mv[got:])
+        if not n:
+            break
+        got += n
+    return got
+
+
+_local = threading.local()
+
+
+def _direct_connections() -> dict:
+    """This thread's keep-alive connections for reads that do not go through the pool."""
+    conns = getattr(_local, "conns", None)
+    if conns is None:
+        conns = _local.conns = {}
+    return conns
+
+
+__all__ = ["ObjectInfo", "ObjectTable", "PinnedObject", "TABLE", "endpoint_of", "fill", "info_of"]

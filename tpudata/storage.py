@@ -187,10 +187,13 @@ def _full_url(fs, path: str, pattern: str) -> str:
     return fs.unstrip_protocol(path)
 
 
-def open_read(url: str, buffer_size: int = DEFAULT_BUFFER_SIZE, **storage_options) -> IO[bytes]:
-    """Open ``url`` for binary reading with no read-ahead cache of its own (callers read big blocks).
+def open_read(url: str, buffer_size: int = DEFAULT_BUFFER_SIZE, sequential: bool = False,
+              **storage_options) -> IO[bytes]:
+    """Open ``url`` for binary reading with no cache of its own (callers read big blocks).
 
-    The result supports ``readinto``, ``seek`` and ``tell``.
+    ``sequential=True`` says the caller reads front to back: a gs:// object then reads ahead in
+    ``buffer_size`` ranges through the process's shared pool of ranged reads
+    (:mod:`tpudata._ranged`). The result supports ``readinto``, ``seek`` and ``tell``.
     """
     try:
         if is_local(url):
@@ -199,7 +202,7 @@ def open_read(url: str, buffer_size: int = DEFAULT_BUFFER_SIZE, **storage_option
         with _explained(url, fs, path):
             if _is_gcs(url):  # ranged GETs of one generation; no metadata request when listed
                 info = _objects.TABLE.get(_objects.endpoint_of(fs), path)
-                return _objects.PinnedObject(fs, path, url, info)
+                return _objects.PinnedObject(fs, path, url, info, sequential, buffer_size)
             return fs.open(path, "rb", block_size=buffer_size, cache_type="none")
     except FileNotFoundError:
         raise
@@ -207,6 +210,26 @@ def open_read(url: str, buffer_size: int = DEFAULT_BUFFER_SIZE, **storage_option
         if isinstance(exc, StorageError):
             raise
         raise StorageError(f"cannot open {url!r} for reading: {exc}", url=url) from exc
+
+
+def configure_gcs_reads(connections: int | None = None, max_bytes: int | None = None) -> dict:
+    """Size this process's pool of gs:// ranged reads, shared by every file read front to back.
+
+    ``connections``: requests at once (default 32); ``max_bytes``: read-ahead memory in all
+    (default 256 MiB, plus one range per reader waiting on the range it needs). Reads under way
+    finish on the old pool. Returns the new pool's figures (``stats()``).
+
+    >>> configure_gcs_reads(connections=16)["connections"]
+    16
+    >>> _ = configure_gcs_reads(connections=32)
+    """
+    from tpudata import _ranged
+
+    if connections is not None and connections < 1:
+        raise ValueError(f"connections must be at least 1, not {connections}")
+    if max_bytes is not None and max_bytes < 1:
+        raise ValueError(f"max_bytes must be positive, not {max_bytes}")
+    return _ranged.configure(connections, max_bytes).stats()
 
 
 def _fresh(url: str, storage_options):
@@ -393,6 +416,24 @@ def expand(patterns: str | Iterable[str], **storage_options) -> list[str]:
     return out
 
 
+def _object_writer(fs, path: str, url: str, parallel: int | None, part_size: int | None):
+    """The file an :class:`AtomicWriter` writes an object store's ``url`` through.
+
+    ``gs://``: a parallel composite upload (:class:`tpudata._upload.ComposedUpload`: parts
+    uploaded in the background while writing goes on, composed into the final name on close)
+    unless ``parallel=0`` (or ``TPUDATA_GCS_UPLOAD_PARALLEL=0``) or the bucket cannot compose
+    (zonal buckets); else the filesystem's own file (gcsfs: one resumable upload, finalised on
+    close).
+    """
+    if _is_gcs(url):
+        from tpudata import _upload
+
+        parallel, part_size = _upload.upload_settings(parallel, part_size)
+        if parallel and _upload.can_compose(fs, path):
+            return _upload.ComposedUpload(fs, path, url, parallel, part_size)
+    return fs.open(path, "wb")
+
+
 class AtomicWriter:
     """A binary file that appears under its final name only when :meth:`close` succeeds.
 
@@ -400,9 +441,18 @@ class AtomicWriter:
     discards everything written (and the temporary file, for local paths); a writer dropped
     without :meth:`close` is aborted too. ``fsync=True`` makes
     a local file durable before it is renamed into place.
+
+    ``gs://`` objects are uploaded while they are written: full parts of ``part_size`` bytes
+    (default 8 MiB) go up in the background, ``parallel`` (default 8) at once, and
+    :meth:`close` composes them into the final name (see :mod:`tpudata._upload`). One writer
+    holds at most ``(parallel + 1) * part_size`` bytes (72 MiB by default); the environment's
+    ``TPUDATA_GCS_UPLOAD_PARALLEL`` and ``TPUDATA_GCS_UPLOAD_PART_MIB`` set the defaults, and
+    ``parallel=0`` uses gcsfs's sequential resumable upload instead. Parts an interrupted
+    writer leaves are hidden temporary objects that a sharded build's next run removes.
     """
 
-    def __init__(self, url: str, fsync: bool = False, **storage_options):
+    def __init__(self, url: str, fsync: bool = False, *, parallel: int | None = None,
+                 part_size: int | None = None, **storage_options):
         self.url = url
         self.fsync = fsync
         self._tmp: str | None = None
@@ -427,7 +477,7 @@ class AtomicWriter:
             else:
                 # gcsfs (and other object stores) only finalise the upload on close
                 with _explained(url, fs, path):
-                    self._f = fs.open(path, "wb")
+                    self._f = _object_writer(fs, path, url, parallel, part_size)
 
     def write(self, data) -> int:
         return self._f.write(data)
@@ -458,6 +508,7 @@ class AtomicWriter:
                     self._f.close()
             if self._tmp is None and not is_local(self.url):
                 _forget(self.url, self._fs, self._final)
+                self._fs.invalidate_cache(self._final)
         except BaseException:
             self._discard()
             raise
@@ -469,7 +520,7 @@ class AtomicWriter:
         self.closed = True
         self._discard()
 
-    def _discard(self) -> None:
+    def _discard(self, wait: bool = True) -> None:
         if self._tmp is not None:
             try:
                 self._f.close()
@@ -484,7 +535,9 @@ class AtomicWriter:
             return
         discard = getattr(self._f, "discard", None)
         try:
-            if discard is not None:
+            if isinstance(self._f, _upload_type()):
+                self._f.discard(wait=wait)  # never blocks a finaliser
+            elif discard is not None:
                 discard()
         except Exception as exc:  # pragma: no cover - best effort on a failing store
             logger.warning("could not cancel the upload of %s: %s", self.url, exc)
@@ -499,7 +552,8 @@ class AtomicWriter:
         # hold when collected, which would publish a partial object under the final name.
         try:
             if not self.closed:
-                self.abort()
+                self.closed = True
+                self._discard(wait=False)
         except Exception:  # pragma: no cover - interpreter shutdown
             pass
 
@@ -513,9 +567,35 @@ class AtomicWriter:
             self.abort()
 
 
-def open_atomic(url: str, fsync: bool = False, **storage_options) -> AtomicWriter:
-    """Open ``url`` for writing so that it only ever appears complete (see :class:`AtomicWriter`)."""
-    return AtomicWriter(url, fsync=fsync, **storage_options)
+def _upload_type() -> type:
+    from tpudata._upload import ComposedUpload
+
+    return ComposedUpload
+
+
+def open_atomic(url: str, fsync: bool = False, *, parallel: int | None = None,
+                part_size: int | None = None, **storage_options) -> AtomicWriter:
+    """Open ``url`` for writing so that it only ever appears complete (see :class:`AtomicWriter`;
+    ``parallel`` and ``part_size`` shape ``gs://`` uploads)."""
+    return AtomicWriter(url, fsync=fsync, parallel=parallel, part_size=part_size,
+                        **storage_options)
+
+
+def remove_upload_temporaries(directory: str, prefix: str | tuple[str, ...] = "",
+                              **storage_options) -> list[str]:
+    """Delete the temporary part objects interrupted ``gs://`` uploads of :func:`open_atomic`
+    left directly in ``directory`` (``.{name}.tmp-*``), only for final names starting with
+    ``prefix`` (a string or a tuple of them). One listing; nothing to do elsewhere
+    (:func:`cleanup_temporaries` calls it for gs://). Returns the URLs removed."""
+    if not _is_gcs(directory):
+        return []
+    from tpudata import _upload
+
+    fs, path = url_to_fs(directory, **storage_options)
+    prefixes = (prefix,) if isinstance(prefix, str) else tuple(prefix)
+    with _explained(directory, fs, path):
+        removed = _upload.remove_temporaries(fs, path, prefixes)
+    return [fs.unstrip_protocol(p) for p in removed]
 
 
 PROBE_PREFIX = ".tpudata-write-probe-"
@@ -545,12 +625,16 @@ def check_writable(directory: str, **storage_options) -> None:
 
 def cleanup_temporaries(directory: str, prefix: str | tuple[str, ...] = "",
                         **storage_options) -> list[str]:
-    """Remove temporary files left in a local ``directory`` by interrupted atomic writes.
+    """Remove temporary files left in ``directory`` by interrupted atomic writes: local
+    temporaries, and on gs:// the part objects of interrupted uploads
+    (:func:`remove_upload_temporaries`). Returns what was removed.
 
     With ``prefix`` (a string or a tuple of them), only temporaries of files whose final names
     start with it, so a build does not remove the temporaries of another writer working in the
     same directory.
     """
+    if _is_gcs(directory):
+        return remove_upload_temporaries(directory, prefix, **storage_options)
     if not is_local(directory):
         return []
     removed = []

@@ -32,7 +32,7 @@ from tpudata.shards.planning import (
     shard_name,
 )
 from tpudata.shards.progress import BuildResult, Progress
-from tpudata.shards.writing import ShardResult, ShardTask, run_shard_task
+from tpudata.shards.writing import ShardTask, run_shard_lane, run_shard_task
 from tpudata.tfrecord.compression import normalize_compression
 
 logger = logging.getLogger(__name__)
@@ -50,6 +50,18 @@ def normalize_schema(schema: Mapping | None) -> dict | None:
 
 def _journal_interval(output: str) -> float:
     return 0.0 if storage.is_local(output) or output.startswith("memory://") else 2.0
+
+
+MAX_LANE = 4
+
+
+def lane_size(output: str, count: int, limit: int) -> int:
+    """Shards per executor task: 1 for local output; for object stores up to :data:`MAX_LANE`
+    consecutive shards (while keeping ``limit`` tasks in flight), each published in the
+    background while the next is written (:func:`~tpudata.shards.writing.run_shard_lane`)."""
+    if storage.is_local(output) or output.startswith("memory://"):
+        return 1
+    return max(1, min(MAX_LANE, count // max(1, limit)))
 
 
 def build_shards(
@@ -99,6 +111,14 @@ def build_shards(
     Returns a :class:`~tpudata.shards.progress.BuildResult`. If a shard fails, the other
     finished shards are journaled and the first error is raised: run the same build again to
     resume.
+
+    To an object store (``gs://``) each executor task builds a lane of up to :data:`MAX_LANE`
+    consecutive shards, publishing each (its last parts' upload and compose, see
+    :mod:`tpudata._upload`) in the background while it encodes the next, so neither the
+    network nor the encoder waits for the other; shards are journaled as their lane finishes,
+    so a killed build redoes at most the lanes that were running. Uploads a killed build left
+    (hidden ``.{shard}.tmp-*`` objects, never a partial shard under its name) are deleted by
+    the next run.
     """
     check_prefix(prefix)
     so = dict(storage_options or {})
@@ -139,7 +159,8 @@ def build_shards(
     progress_ = Progress(prefix, len(items), count, progress)
     results: dict[int, ShardInfo] = {}
     try:
-        error = _run(executor, tasks, limit, results, journal, progress_)
+        error = _run(executor, tasks, limit, lane_size(output, count, limit), results, journal,
+                     progress_)
     except BaseException:  # e.g. KeyboardInterrupt: stop the workers before cleaning up
         progress_.close()
         if own_executor:
@@ -161,38 +182,45 @@ def build_shards(
     return progress_.result(manifest, url)
 
 
-def _run(executor: Executor, tasks: list[ShardTask], limit: int, results: dict[int, ShardInfo],
-         journal, progress: Progress) -> BaseException | None:
-    """Run ``tasks`` with at most ``limit`` in flight; returns the first error (after draining)."""
-    pending: dict[Future, int] = {}
+def _run(executor: Executor, tasks: list[ShardTask], limit: int, lane: int,
+         results: dict[int, ShardInfo], journal, progress: Progress) -> BaseException | None:
+    """Run ``tasks`` with at most ``limit`` executor tasks in flight, ``lane`` shards each;
+    returns the first error (after draining)."""
+    pending: dict[Future, range] = {}
     next_task = 0
     error: BaseException | None = None
     while next_task < len(tasks) or pending:
         while error is None and next_task < len(tasks) and len(pending) < limit:
-            pending[executor.submit(run_shard_task, tasks[next_task])] = next_task
-            next_task += 1
+            span = range(next_task, min(next_task + lane, len(tasks)))
+            if len(span) == 1:
+                future = executor.submit(run_shard_task, tasks[span[0]])
+            else:
+                future = executor.submit(run_shard_lane, [tasks[i] for i in span])
+            pending[future] = span
+            next_task = span.stop
         if not pending:
             break
         done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
         for future in done:
-            index = pending.pop(future)
+            span = pending.pop(future)
             if future.cancelled():
                 continue
             exc = future.exception()
             if exc is not None:
                 if error is None:
                     error = exc
-                    logger.error("shard %s failed: %s: %s", tasks[index].name,
-                                 type(exc).__name__, exc)
+                    names = ", ".join(tasks[i].name for i in span)
+                    logger.error("shard(s) %s failed: %s: %s", names, type(exc).__name__, exc)
                     for other in pending:
                         other.cancel()
                 continue
-            outcome: ShardResult = future.result()
-            results[index] = outcome.info
-            journal.record(outcome.info)
-            progress.shard_done(outcome.info, outcome.skipped)
+            outcome = future.result()
+            for index, result in zip(span, outcome if isinstance(outcome, list) else [outcome]):
+                results[index] = result.info
+                journal.record(result.info)
+                progress.shard_done(result.info, result.skipped)
     journal.flush()
     return error
 
 
-__all__ = ["build_shards", "normalize_schema"]
+__all__ = ["build_shards", "lane_size", "normalize_schema"]

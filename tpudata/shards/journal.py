@@ -85,7 +85,7 @@ def begin(output: str, template: Manifest, carried: dict[str, ShardInfo], min_in
           **storage_options) -> Journal:
     """Start a build: clean temporaries, journal what earlier runs left, drop the old manifest."""
     storage.makedirs(output, **storage_options)
-    cleanup_shard_temporaries(output, template.prefix)
+    cleanup_shard_temporaries(output, template.prefix, **storage_options)
     journal = Journal(output, template, min_interval, **storage_options)
     for info in carried.values():
         journal.entries[info.name] = info
@@ -102,16 +102,21 @@ def finish(output: str, manifest: Manifest, journal: Journal | None, **storage_o
     write_manifest(url, manifest, **storage_options)
     if journal is not None:
         journal.remove()
-    cleanup_shard_temporaries(output, manifest.prefix)
+    cleanup_shard_temporaries(output, manifest.prefix, **storage_options)
     warn_stale_shards(output, manifest, **storage_options)
     return url
 
 
-def abandon(output: str, prefix: str, journal: Journal | None) -> None:
-    """After a failed build: keep the journal for resuming and remove temporaries."""
+def abandon(output: str, prefix: str, journal: Journal | None, **storage_options) -> None:
+    """After a failed build: keep the journal for resuming and remove temporaries (best effort:
+    a store that fails now is swept by the next run)."""
     if journal is not None:
         journal.flush()
-    cleanup_shard_temporaries(output, prefix)
+        storage_options = {**journal._storage_options, **storage_options}
+    try:
+        cleanup_shard_temporaries(output, prefix, **storage_options)
+    except OSError as exc:
+        logger.warning("could not remove the temporaries of %s in %s: %s", prefix, output, exc)
 
 
 def warn_stale_shards(output: str, manifest: Manifest, **storage_options) -> list[str]:

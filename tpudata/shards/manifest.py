@@ -201,7 +201,7 @@ def file_crc32c(url: str, use_metadata: bool = True, **storage_options) -> tuple
                 pass
     crc = 0
     n = 0
-    with storage.open_read(url, **storage_options) as f:
+    with storage.open_read(url, _READ_BLOCK, True, **storage_options) as f:
         while True:
             block = f.read(_READ_BLOCK)
             if not block:

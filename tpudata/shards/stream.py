@@ -198,7 +198,7 @@ def _write_rolling(it: Iterator, target: int, output: str, template: Manifest,
         bar.close()
         for temp, _ in written:
             storage.remove(temp, **so)
-        journal_mod.abandon(output, prefix, None)
+        journal_mod.abandon(output, prefix, None, **so)
         raise
     manifest = Manifest(prefix, infos, template.compression, template.schema, template.metadata)
     url = journal_mod.finish(output, manifest, None, **so)

@@ -4,7 +4,8 @@
 file bytes as they stream out, and publishes the file under its final name only when it is
 complete. :func:`run_shard_task` is what an executor runs for one shard of a parallel build: it
 keeps a shard from a previous run when that shard is still valid, and otherwise encodes the
-shard's items and writes it.
+shard's items and writes it. :func:`run_shard_lane` does so for several shards, publishing each
+in the background while the next is written (object stores, where publishing is network time).
 
 >>> info = write_shard("memory://doc/shards/s-00000-of-00001", [b"a", b"bc"])
 >>> (info.name, info.records, info.bytes)
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -96,15 +98,38 @@ def write_shard(
 
     An exception while writing (or while producing ``records``) leaves nothing under ``url``.
     """
+    return _write_unpublished(url, records, compression, fingerprint, **storage_options).publish()
+
+
+@dataclass
+class _Unpublished:
+    """A shard written through an open :class:`~tpudata.storage.AtomicWriter`, not yet closed."""
+
+    atomic: Any
+    sink: ChecksumSink
+    info: ShardInfo
+
+    def publish(self) -> ShardInfo:
+        """Close the writer: the shard appears under its name (or nothing does, and it raises)."""
+        try:
+            self.atomic.close()
+        except BaseException:
+            self.atomic.abort()
+            raise
+        return self.info
+
+
+def _write_unpublished(url: str, records: Iterable, compression: str | None,
+                       fingerprint: str | None, **storage_options) -> _Unpublished:
     atomic = storage.open_atomic(url, **storage_options)
     sink = ChecksumSink(atomic)
     try:
         n = write_records_to(sink, records, compression)
-        atomic.close()
     except BaseException:
         atomic.abort()
         raise
-    return ShardInfo(os.path.basename(url.rstrip("/")), n, sink.bytes, sink.crc, fingerprint)
+    info = ShardInfo(os.path.basename(url.rstrip("/")), n, sink.bytes, sink.crc, fingerprint)
+    return _Unpublished(atomic, sink, info)
 
 
 def write_shard_bytes(url: str, data: bytes, info: ShardInfo, **storage_options) -> ShardInfo:
@@ -183,27 +208,79 @@ class ShardResult:
     seconds: float
 
 
+def _kept(task: ShardTask) -> bool:
+    """Whether a previous run's copy of the shard is still valid (then it is not rebuilt)."""
+    return task.expected is not None and existing_shard_is_valid(
+        task.url, task.expected, task.verify_existing, **task.storage_options)
+
+
+def _write_task(task: ShardTask) -> _Unpublished:
+    records = _encode_items(task.items, task.encoder, task.name)
+    written = _write_unpublished(task.url, records, task.compression, task.fingerprint,
+                                 **task.storage_options)
+    if written.info.records != len(task.items):  # pragma: no cover - one record per item
+        written.atomic.abort()
+        raise RuntimeError(f"{task.url}: wrote {written.info.records} records for "
+                           f"{len(task.items)} items")
+    return written
+
+
 def run_shard_task(task: ShardTask) -> ShardResult:
     """Build one shard (in whatever process the executor runs this)."""
     t0 = time.perf_counter()
-    so = task.storage_options
-    if task.expected is not None and existing_shard_is_valid(
-        task.url, task.expected, task.verify_existing, **so
-    ):
+    if _kept(task):
         return ShardResult(task.expected, True, time.perf_counter() - t0)
-    records = _encode_items(task.items, task.encoder, task.name)
-    info = write_shard(task.url, records, task.compression, task.fingerprint, **so)
-    if info.records != len(task.items):  # pragma: no cover - encoders return one record per item
-        raise RuntimeError(f"{task.url}: wrote {info.records} records for {len(task.items)} items")
+    info = _write_task(task).publish()
     return ShardResult(info, False, time.perf_counter() - t0)
 
 
-def cleanup_shard_temporaries(output: str, prefix: str) -> list[str]:
+def run_shard_lane(tasks: Sequence[ShardTask]) -> list[ShardResult]:
+    """Build several shards one after the other, each published while the next is written.
+
+    For object stores, where publishing a shard (the last parts' upload, the compose) is
+    network time: a background thread closes shard ``i`` while this thread encodes and writes
+    shard ``i + 1``, so the link and the encoder both stay busy. The encoder is still called
+    from this thread only, in order. At most one shard is being published while another is
+    written: a lane holds at most two writers' buffers (see
+    :class:`tpudata.storage.AtomicWriter`). The first error is raised once the shard being
+    published has finished (or failed); shards published before it are in the results of
+    nobody, so a rerun rebuilds them.
+    """
+    results: list[ShardResult] = []
+    publishing: tuple[Future, float] | None = None
+
+    def collect() -> None:
+        nonlocal publishing
+        if publishing is not None:
+            future, t0 = publishing
+            publishing = None
+            results.append(ShardResult(future.result(), False, time.perf_counter() - t0))
+
+    with ThreadPoolExecutor(1, thread_name_prefix="tpudata-publish") as publisher:
+        for task in tasks:
+            t0 = time.perf_counter()
+            if _kept(task):
+                collect()
+                results.append(ShardResult(task.expected, True, time.perf_counter() - t0))
+                continue
+            written = _write_task(task)  # meanwhile the previous shard is being published
+            try:
+                collect()
+            except BaseException:
+                written.atomic.abort()
+                raise
+            publishing = (publisher.submit(written.publish), t0)
+        collect()
+    return results
+
+
+def cleanup_shard_temporaries(output: str, prefix: str, **storage_options) -> list[str]:
     """Remove leftovers of interrupted writes of ``prefix``'s shards, manifest and journal in
-    ``output`` (only names of this prefix: other builds in the same directory keep theirs).
-    Object stores keep no temporaries (an unfinished upload never becomes an object)."""
-    return storage.cleanup_temporaries(
-        output, (f"{prefix}-", f"{prefix}.manifest", f".{prefix}.manifest"))
+    ``output`` (only names of this prefix: other builds in the same directory keep theirs):
+    local temporary files, and on ``gs://`` the part objects of uploads a killed run left (an
+    unfinished upload never appears under a final name)."""
+    names = (f"{prefix}-", f"{prefix}.manifest", f".{prefix}.manifest")
+    return storage.cleanup_temporaries(output, names, **storage_options)
 
 
 __all__ = [
@@ -212,6 +289,7 @@ __all__ = [
     "ShardTask",
     "cleanup_shard_temporaries",
     "existing_shard_is_valid",
+    "run_shard_lane",
     "run_shard_task",
     "write_records_to",
     "write_shard",

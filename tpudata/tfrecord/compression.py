@@ -320,7 +320,7 @@ def open_stream(
     b'b\\n'
     """
     so = dict(storage_options or {})
-    raw = storage.open_read(url, buffer_size, **so)
+    raw = storage.open_read(url, buffer_size, True, **so)
     try:
         size = None
         if not normalize_compression(compression):

@@ -27,6 +27,7 @@ from typing import Iterable, Iterator, Mapping
 import numpy as np
 
 from tpudata import _accel, _gcs, storage
+from tpudata._objects import fill
 from tpudata._keywords import strict_keywords
 from tpudata.errors import CorruptRecordError, DataLossError, StorageError, TruncatedRecordError
 from tpudata.tfrecord import framing
@@ -107,7 +108,7 @@ class _RawSource:
         self.size = size if isinstance(size, int) else None
 
     def _open(self):
-        f = storage.open_read(self.url, self.buffer_size, **self.storage_options)
+        f = storage.open_read(self.url, self.buffer_size, True, **self.storage_options)
         try:
             if self.pos:
                 f.seek(self.pos)
@@ -247,15 +248,11 @@ class TFRecordFileReader:
         compression = self.compression
         src = raw
         if compression is None:
-            # detect from the first block read anyway (one request, not an extra round trip)
-            head = bytearray(framing.HEADER_SIZE if storage.is_local(self.url) else self.buffer_size)
-            got = 0
-            while got < len(head):
-                n = raw.readinto(memoryview(head)[got:])
-                if not n:
-                    break
-                got += n
-            head = bytes(head[:got])
+            # detect from the first bytes read anyway: a header's worth where reading on costs
+            # no round trip (a local file, a gs:// object read ahead), else a whole buffer
+            small = storage.is_local(self.url) or getattr(raw.f, "reads_ahead", False)
+            head = bytearray(framing.HEADER_SIZE if small else self.buffer_size)
+            head = bytes(head[:fill(raw.readinto, head)])
             compression = detect_compression(head)
             src = _PeekedSource(raw, head)
             self.compression = compression

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 
 import numpy as np
 
@@ -30,11 +29,11 @@ from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import BlockIterator, Cursor, Dataset, from_jsonable, jsonable
 from tpudata.dataset.core.block import Block
 from tpudata.dataset.core.iterator import wait_for
+from tpudata.dataset.core.options import AUTOTUNE, is_autotune, worker_count
 from tpudata.dataset.parallel.reader_pool import PooledReader, ReaderPool, WholeFileReader
 
 logger = logging.getLogger(__name__)
 
-AUTOTUNE = -1
 MAX_ROUND_ELEMENTS = 65536
 # next() gathers small pieces into one block up to the consumer's ``want`` elements or about
 # this many bytes (estimated from the first piece's elements): a bound on what gathering holds
@@ -51,9 +50,8 @@ class InterleaveDataset(Dataset):
         super().__init__()
         if not callable(map_func):
             raise TypeError("interleave() needs a function returning a Dataset")
-        cpus = os.cpu_count() or 2
         if cycle_length is None or cycle_length == AUTOTUNE:
-            cycle_length = cpus
+            cycle_length = worker_count(AUTOTUNE)  # one per core
         block_length = 1 if block_length is None else block_length  # TF's None means 1
         if int(cycle_length) < 1 or int(block_length) < 1:
             raise ValueError("cycle_length and block_length must be >= 1")
@@ -61,20 +59,14 @@ class InterleaveDataset(Dataset):
         self.fn = map_func
         self.cycle_length = int(cycle_length)
         self.block_length = int(block_length)
-        threads = num_parallel_calls
         self.use_processes = bool(use_processes)  # each file's dataset in a worker process
-        if self.use_processes and not threads:
-            threads = cpus
-        self.parallel = bool(threads) and threads != 0
-        self.threads = 0
-        if self.parallel:
-            n = cpus if int(threads) == AUTOTUNE else int(threads)
-            if n < 1:
-                raise ValueError(f"num_parallel_calls must be >= 1, None or AUTOTUNE, not {threads}")
-            self.threads = min(n, self.cycle_length)
+        # use_processes without num_parallel_calls: one worker process per core
+        threads = worker_count(num_parallel_calls, default=AUTOTUNE if self.use_processes else 0)
+        self.parallel = threads > 0
+        self.threads = min(threads, self.cycle_length)
         self.deterministic = True if deterministic is None else bool(deterministic)
         self.deterministic_arg = deterministic  # None: Options.deterministic decides
-        self.autotune = threads is not None and int(threads) == AUTOTUNE
+        self.autotune = is_autotune(num_parallel_calls)
 
     _functions = ("fn",)
 
@@ -451,13 +443,15 @@ class _InterleaveIterator(BlockIterator):
             if free:
                 self._pick_ready()
             if not free:
-                fast = self._rounds(steps)
+                fast = self._rounds(steps, extra)
                 if fast:
                     return fast
             k = self.cycle_index
             slot = self.slots[k]
             if slot is not None:
                 cursor = slot.cursor
+                if extra and self.ds.parallel and not self._ready(slot):
+                    return -1  # gathering more: never wait for a reader (a file opened just now)
                 if extra and cursor.it.exact_want and (cursor.block is None
                                                        or cursor.pos >= cursor.block.n):
                     return -1
@@ -488,9 +482,10 @@ class _InterleaveIterator(BlockIterator):
             else:
                 self._advance()
 
-    def _rounds(self, steps: list) -> int:
+    def _rounds(self, steps: list, extra: bool = False) -> int:
         """Whole rounds over the open slots at once, when every slot has enough buffered
-        (and their blocks agree in kind): appends one step, returns its element count."""
+        (and their blocks agree in kind): appends one step, returns its element count.
+        ``extra``: 0 rather than wait for a reader."""
         if self.block_index != 0:
             return 0
         C, bl = self.ds.cycle_length, self.ds.block_length
@@ -505,6 +500,8 @@ class _InterleaveIterator(BlockIterator):
             if cursor.block is None or cursor.pos >= cursor.block.n:
                 if slot.it.exact_want:  # (filter, scan, generators): a block read ahead here
                     return 0  # would sit unconsumed, and their states name no such block
+                if extra and self.ds.parallel and not slot.it.ready():
+                    return 0
                 if not cursor._fill():
                     return 0  # exhausted: the step-by-step path closes it
             open_slots.append(cursor)
