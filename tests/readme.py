@@ -1,21 +1,16 @@
-"""The README's code blocks by section, for the tests that run them."""
+"""The code blocks of README.md and docs/*.md by section, for the tests that run them."""
 
 from __future__ import annotations
 
 import os
-import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def code_blocks(heading: str) -> list[str]:
-    """The ```python blocks of the README section whose ``###`` heading starts with ``heading``."""
-    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    start = text.index("\n### " + heading)
-    end = text.find("\n## ", start + 1)
-    nxt = text.find("\n### ", start + 1)
-    end = min(e for e in (end, nxt, len(text)) if e != -1)
-    return re.findall(r"```python\n(.*?)```", text[start:end], flags=re.S)
+def code_blocks(heading: str, path: str = "README.md") -> list[str]:
+    """The ```python blocks of a markdown file (relative to the repository root) under the
+    heading that starts with ``heading``, in order."""
+    return [code for h, _, code in python_blocks(path) if h.startswith(heading)]
 
 
 def python_blocks(path: str = "README.md") -> list[tuple[str, int, str]]:

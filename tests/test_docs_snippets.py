@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 
 import numpy as np
 import pytest
@@ -34,27 +35,28 @@ def not_runnable(reason: str) -> str:
 
 
 SNIPPETS = {
-    ("README.md", "Write and read TFRecord files", 0): RUN,  # test_tour_snippets
-    ("README.md", "Parse whole batches into numpy", 0): RUN,  # test_tour_snippets
-    ("README.md", "Input pipelines", 0): RUN,  # test_input_fn_and_executor_snippets
-    ("README.md", "Saving a dataset", 0): RUN,  # test_saving_snippet
-    ("README.md", "Image preprocessing", 0): not_runnable(
+    ("README.md", "A pipeline in 15 lines", 0): RUN,  # test_readme_pipeline
+    ("docs/records.md", "Write and read TFRecord files", 0): RUN,  # test_records_snippets
+    ("docs/records.md", "Parse whole batches into numpy", 0): RUN,  # test_records_snippets
+    ("docs/dataset.md", "An input_fn", 0): RUN,  # test_input_fn_and_executor_snippets
+    ("docs/dataset.md", "Saving a dataset", 0): RUN,  # test_saving_snippet
+    ("docs/images.md", "Image preprocessing", 0): not_runnable(
         "tf.data and tpudata side by side in two columns, not one program; the tpudata column's "
         "ops are tested in tests/image/"),
-    ("README.md", "Building shards", 0): not_runnable(
+    ("docs/shards.md", "Building shards", 0): not_runnable(
         "the shape of a call with the reader's own `items` and `encoder` (1024 shards); "
         "build_shards is tested in tests/test_shards.py"),
-    ("README.md", 'A "TPU" executor', 0): RUN,  # test_input_fn_and_executor_snippets
-    ("README.md", 'A "TPU" executor', 1): RUN,  # test_input_fn_and_executor_snippets (JAX)
-    ("README.md", "TensorBoard", 0): not_runnable(
+    ("docs/tpu.md", 'A "TPU" executor', 0): RUN,  # test_input_fn_and_executor_snippets
+    ("docs/tpu.md", 'A "TPU" executor', 1): RUN,  # test_input_fn_and_executor_snippets (JAX)
+    ("docs/tpu.md", "TensorBoard", 0): not_runnable(
         "a fragment of a model_fn (it ends in `return`); its host_fn runs in "
         "tests/tpu/test_summaries.py::test_the_readme_host_call"),
-    ("README.md", "Random access", 0): not_runnable(
-        "reads record 123,456 of the Tour's data/train-*, which holds 1,000; TFRecordSource is "
-        "tested in tests/source/"),
-    ("README.md", "PyTorch", 0): elsewhere("tests/torch/test_readme_torch.py"),
-    ("README.md", "PyTorch", 1): elsewhere("tests/torch/test_readme_torch.py"),
-    ("README.md", "JAX:", 0): elsewhere("tests/jax/test_readme_jax.py"),
+    ("docs/random_access.md", "Random access", 0): not_runnable(
+        "reads record 123,456 of docs/records.md's data/train-*, which holds 1,000; "
+        "TFRecordSource is tested in tests/source/"),
+    ("docs/torch.md", "PyTorch", 0): elsewhere("tests/torch/test_readme_torch.py"),
+    ("docs/torch.md", "PyTorch", 1): elsewhere("tests/torch/test_readme_torch.py"),
+    ("docs/jax.md", "JAX:", 0): elsewhere("tests/jax/test_readme_jax.py"),
 }
 
 
@@ -72,28 +74,50 @@ def test_every_block_is_run_or_marked():
         if decision.startswith("elsewhere: "):  # that test reads the block by its heading
             test_file = decision.split(": ", 1)[1]
             source = open(os.path.join(ROOT, test_file), encoding="utf-8").read()
-            assert f'code_blocks("{key[1].rstrip(":")}")' in source, (key, test_file)
+            assert f'code_blocks("{key[1].rstrip(":")}", "{key[0]}")' in source, (key, test_file)
         else:
             assert decision == RUN or decision.startswith("not runnable: ") and len(decision) > 30
 
 
-def block(heading: str, n: int = 0, path: str = "README.md") -> str:
+def block(path: str, heading: str, n: int = 0) -> str:
     (code,) = [c for h, i, c in python_blocks(path) if h.startswith(heading) and i == n]
     assert SNIPPETS[(path, heading, n)] == RUN
     return code
 
 
-def run(heading: str, namespace: dict, n: int = 0) -> dict:
-    exec(compile(block(heading, n), f"README.md[{heading} #{n}]", "exec"), namespace)
+def run(path: str, heading: str, namespace: dict, n: int = 0) -> dict:
+    exec(compile(block(path, heading, n), f"{path}[{heading} #{n}]", "exec"), namespace)
     return namespace
 
 
-# -- the Tour ----------------------------------------------------------------------------------------
-def test_tour_snippets(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # the Tour writes data/train-00000-of-00001
-    ns = run("Write and read TFRecord files", {})
+def test_relative_links_resolve_inside_the_repository():
+    """Every relative link of README.md and docs/*.md names a file of this repository (never one
+    outside it, such as ../shared)."""
+    for path in markdown_files():
+        text = open(os.path.join(ROOT, path), encoding="utf-8").read()
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            file = os.path.normpath(os.path.join(ROOT, os.path.dirname(path), target.split("#")[0]))
+            top = os.path.relpath(file, ROOT).split(os.sep)[0]
+            assert top not in ("..", "shared") and os.path.exists(file), (path, target)
+
+
+# -- README.md -----------------------------------------------------------------------------------------
+def test_readme_pipeline(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # it writes data/train-0000N-of-00004
+    ns = run("README.md", "A pipeline in 15 lines", {})
+    assert ns["batch"]["x"].dtype == np.float32 and ns["batch"]["x"].shape == (128, 16)
+    assert ns["batch"]["label"].dtype == np.int64 and ns["batch"]["label"].shape == (128,)
+    assert list(ns["ds"].iterator(ns["state"])) == []  # the state was taken after the last batch
+
+
+# -- docs/records.md ----------------------------------------------------------------------------------
+def test_records_snippets(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # it writes data/train-00000-of-00001
+    ns = run("docs/records.md", "Write and read TFRecord files", {})
     assert sorted(ns["features"]) == ["image/encoded", "label", "x"]
-    run("Parse whole batches into numpy", ns)
+    run("docs/records.md", "Parse whole batches into numpy", ns)
     assert ns["batch"]["x"].dtype == np.float32 and ns["batch"]["x"].shape[1:] == (16,)
     assert ns["batch"]["label"].dtype == np.int64
 
@@ -116,12 +140,12 @@ def bucket(fake_gcs_server):  # noqa: F811 - the fixture imported above
 
 
 def test_saving_snippet(bucket):
-    ns = run("Saving a dataset", {})
+    ns = run("docs/dataset.md", "Saving a dataset", {})
     assert [e["id"] for e in ns["restored"]] == list(range(1000))
 
 
 def eval_input_fn(params):
-    """The executor snippet's eval_input_fn (the text leaves it to the reader): an exact epoch."""
+    """docs/tpu.md's eval_input_fn (the text leaves it to the reader): an exact epoch."""
     from tpudata import Dataset, FixedLenFeature, TFRecordDataset
 
     spec = {"x": FixedLenFeature([64], np.float32), "label": FixedLenFeature([], np.int64)}
@@ -133,18 +157,18 @@ def eval_input_fn(params):
 
 
 def test_input_fn_and_executor_snippets(bucket):
-    """The Input pipelines input_fn trains the executor section's model_fns: numpy, then JAX
-    (from the numpy run's checkpoint: the same variables and slots)."""
+    """docs/dataset.md's input_fn trains docs/tpu.md's model_fns: numpy, then JAX (from the numpy
+    run's checkpoint: the same variables and slots)."""
     from tpudata import tpu
 
-    ns = run("Input pipelines", {"eval_input_fn": eval_input_fn})
-    run('A "TPU" executor', ns)  # trains to step 1000, evaluates
+    ns = run("docs/dataset.md", "An input_fn", {"eval_input_fn": eval_input_fn})
+    run("docs/tpu.md", 'A "TPU" executor', ns)  # trains to step 1000, evaluates
     est = ns["est"]
     assert est.global_step == 1000 and est.latest_checkpoint() == "model.ckpt-00001000.npz"
     result = est.evaluate(eval_input_fn)
     assert result["examples"] == 200 and result["accuracy"] > 0.8
 
-    # the README's input_fn on two hosts: each reads its half of the files (params["context"])
+    # docs/dataset.md's input_fn on two hosts: each reads its half of the files (params["context"])
     two_hosts = tpu.RunConfig(tpu_config=tpu.TPUConfig(iterations_per_loop=2, num_shards=8, num_hosts=2))
     seen = []
 
@@ -157,7 +181,7 @@ def test_input_fn_and_executor_snippets(bucket):
 
     if importlib.util.find_spec("jax") is None:
         return
-    run('A "TPU" executor', ns, 1)  # the JAX model_fn, same config (and model_dir)
+    run("docs/tpu.md", 'A "TPU" executor', ns, 1)  # the JAX model_fn, same config (and model_dir)
     est = ns["est"]
     assert est.backend == "jax"
     est.train(ns["input_fn"], steps=20)  # resumes from the numpy run's checkpoint

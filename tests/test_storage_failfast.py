@@ -67,12 +67,13 @@ ENTRY_POINTS = {
 
 
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
-def test_unreachable_endpoint_fails_fast_with_one_clear_error(unreachable, entry):
+def test_unreachable_endpoint_fails_fast_with_one_clear_error(unreachable, entry, timed):
     url = "gs://bucket/train-*"
     start = time.monotonic()
     with pytest.raises(StorageError) as info:
         ENTRY_POINTS[entry](url)
-    assert time.monotonic() - start < FAST
+    if timed:
+        assert time.monotonic() - start < FAST
     err = info.value
     assert err.url == url.replace("*", "0") if entry.startswith("open") else err.url == url
     assert repr(err.url) in str(err) and unreachable in str(err)
@@ -80,12 +81,13 @@ def test_unreachable_endpoint_fails_fast_with_one_clear_error(unreachable, entry
 
 
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
-def test_missing_bucket_is_named(fake_gcs_server, entry):
+def test_missing_bucket_is_named(fake_gcs_server, entry, timed):
     url = "gs://no-such-bucket/train-*"
     start = time.monotonic()
     with pytest.raises(StorageError) as info:
         ENTRY_POINTS[entry](url)
-    assert time.monotonic() - start < FAST
+    if timed:
+        assert time.monotonic() - start < FAST
     message = str(info.value)
     assert "bucket 'no-such-bucket' does not exist" in message
     assert "create it" in message and repr(info.value.url) in message
@@ -120,7 +122,7 @@ def _cli(args, env, timeout=60):
     return proc, time.monotonic() - start
 
 
-def test_cli_unreachable_endpoint_prints_one_line(tmp_path):
+def test_cli_unreachable_endpoint_prints_one_line(tmp_path, timed):
     host = f"127.0.0.1:{_closed_port()}"
     proc, took = _cli(["count", "gs://b/x*"], _subprocess_env(tmp_path, STORAGE_EMULATOR_HOST=host))
     assert proc.returncode == 2, proc.stderr
@@ -128,7 +130,8 @@ def test_cli_unreachable_endpoint_prints_one_line(tmp_path):
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("tpudata count: cannot reach Google Cloud Storage")
     assert "'gs://b/x*'" in lines[0] and host in lines[0]
-    assert took < FAST + 5  # includes starting the interpreter
+    if timed:
+        assert took < FAST + 5  # includes starting the interpreter
 
 
 def test_cli_missing_bucket_prints_one_line(tmp_path, fake_gcs_server):
@@ -254,12 +257,13 @@ def forbidden(monkeypatch):
 
 
 @pytest.mark.parametrize("entry", ["open_read", "read_records", "TFRecordDataset"])
-def test_access_denied_is_one_error_without_retries(forbidden, entry):
+def test_access_denied_is_one_error_without_retries(forbidden, entry, timed):
     url = "gs://private/train-*"
     start = time.monotonic()
     with pytest.raises(StorageError) as info:
         ENTRY_POINTS[entry](url.replace("*", "0") if entry != "read_records" else url)
-    assert time.monotonic() - start < FAST
+    if timed:
+        assert time.monotonic() - start < FAST
     message = str(info.value)
     assert message.startswith("access denied to 'gs://private/train-")
     assert "Anonymous caller" in message

@@ -80,12 +80,13 @@ def test_errors_carry_the_workers_traceback(files, tmp_path):
             fails_at_third, cycle_length=1, num_parallel_calls=1, use_processes=True))
 
 
-def test_a_killed_worker_gives_a_clear_error(files, tmp_path):
+def test_a_killed_worker_gives_a_clear_error(files, tmp_path, timed):
     killed = files[:1] + [str(tmp_path / "file-kill")]
     start = time.monotonic()
     with pytest.raises(WorkerError, match="killed by signal SIGKILL"):
         outputs(pipeline(killed))
-    assert time.monotonic() - start < 30
+    if timed:
+        assert time.monotonic() - start < 30
     deadline = time.monotonic() + 5
     while _workers() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -104,7 +105,7 @@ def test_close_stops_the_workers(files):
 
 
 @pytest.mark.parametrize("kind", ["map", "interleave"])
-def test_close_from_another_thread_while_a_worker_runs_long(kind):
+def test_close_from_another_thread_while_a_worker_runs_long(kind, timed):
     import threading
 
     from tests.dataset.procpool_fns import sleep_forever, sleepy_file
@@ -134,7 +135,9 @@ def test_close_from_another_thread_while_a_worker_runs_long(kind):
     it.close()
     closed_in = time.monotonic() - t0
     consumer.join(5)
-    assert closed_in < 1.5 and result == {"got": "StopIteration"}, (closed_in, result)
+    assert result == {"got": "StopIteration"}, (closed_in, result)
+    if timed:
+        assert closed_in < 1.5, closed_in
     deadline = time.monotonic() + 3
     while _workers() and time.monotonic() < deadline:
         time.sleep(0.05)

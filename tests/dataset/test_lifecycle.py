@@ -96,7 +96,7 @@ def _slow(x):
     lambda: Dataset.range(4).interleave(lambda i: Dataset.range(5).map(_slow), cycle_length=2,
                                         num_parallel_calls=2),
 ], ids=["parallel_map", "prefetch", "parallel_interleave"])
-def test_close_from_another_thread_wakes_a_blocked_consumer(build):
+def test_close_from_another_thread_wakes_a_blocked_consumer(build, timed):
     gc.collect()  # earlier tests' dropped iterators stop their threads now
     before = set(_wait_no_threads(timeout=2.0))
     it = build().iterator()
@@ -118,8 +118,9 @@ def test_close_from_another_thread_wakes_a_blocked_consumer(build):
     it.close()
     closed_in = time.perf_counter() - t0
     consumer.join(5)
-    assert closed_in < 1.5, closed_in
-    assert result["got"] == "StopIteration" and result["woke_after"] < 1.5, result
+    assert result["got"] == "StopIteration", result
+    if timed:
+        assert closed_in < 1.5 and result["woke_after"] < 1.5, (closed_in, result)
     with pytest.raises(StopIteration):
         next(it)
     assert _wait_no_threads(ignore=before) == []  # none outlives its last user call
@@ -134,7 +135,7 @@ def test_close_twice_and_after_the_end():
     assert np.array_equal(outputs(Dataset.range(3)), [0, 1, 2])
 
 
-def test_close_while_the_producer_is_inside_a_generator_closes_it_afterwards(caplog):
+def test_close_while_the_producer_is_inside_a_generator_closes_it_afterwards(caplog, timed):
     # close() returns within its budget while the read-ahead thread is still inside the user's
     # generator; the generator is closed by that thread on its way out ("generator already
     # executing" if this thread closed it), and nothing is raised anywhere
@@ -163,7 +164,8 @@ def test_close_while_the_producer_is_inside_a_generator_closes_it_afterwards(cap
         assert entered.wait(5)
         start = time.monotonic()
         it.close()
-        assert time.monotonic() - start < 1.4  # did not wait for the generator
+        if timed:
+            assert time.monotonic() - start < 1.4  # did not wait for the generator
         assert closed.wait(5)  # closed once the producer left it
     finally:
         _threading.excepthook = hook

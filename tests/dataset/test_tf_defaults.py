@@ -1,5 +1,5 @@
 """Every default of every tf.data / tf.io / tf.image call tpudata implements matches TF's, or is
-a deliberate difference listed here and in the README's "Porting from tf.data" section.
+a deliberate difference listed here and in docs/porting.md ("Porting from tf.data").
 
 TF's signatures come from ``tests/data/golden/tf_defaults.json`` (written by live TensorFlow
 with ``tests/data/make_tf_defaults.py``); ``test_table_matches_live_tensorflow`` re-reads them
@@ -23,10 +23,10 @@ from tests.readme import ROOT
 GOLDEN = os.path.join(ROOT, "tests", "data", "golden", "tf_defaults.json")
 TABLE = json.load(open(GOLDEN, encoding="utf-8"))
 
-# TF's graph-op ``name=`` is accepted nowhere (README: "name= arguments").
+# TF's graph-op ``name=`` is accepted nowhere (docs/porting.md: "name= argument").
 IGNORED = {"name"}
 
-# (TF call, parameter) -> why tpudata differs. Each must show in the README's Porting section.
+# (TF call, parameter) -> why tpudata differs. Each must show in docs/porting.md.
 DEVIATIONS = {
     ("ignore_errors", "log_warning"): "default True: skips are always logged",
     ("map", "synchronous"): "not accepted",
@@ -56,16 +56,13 @@ DEVIATIONS = {
     ("tf.image.sample_distorted_bounding_box", "use_image_if_no_bounding_boxes"): "same",
 }
 
-# tf.data.Dataset methods tpudata does not have; each is named in the README's Porting section.
+# tf.data.Dataset methods tpudata does not have; each is named in docs/porting.md.
 NOT_IMPLEMENTED = {"fingerprint", "ragged_batch", "rejection_resample", "snapshot",
                    "sparse_batch"}
 
 
 def porting_section() -> str:
-    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    start = text.index("\n### Porting from tf.data")
-    end = text.find("\n### ", start + 1)
-    return text[start:end if end != -1 else len(text)]
+    return open(os.path.join(ROOT, "docs", "porting.md"), encoding="utf-8").read()
 
 
 def resolve(path: str):

@@ -81,7 +81,7 @@ def test_declared_sizes_allocate_nothing(fake_gcs_server, raw):
     assert raw("GET", f"/storage/v1/b/{BUCKET}")[0] == 200  # and the server is fine
 
 
-def test_idle_body_times_out():
+def test_idle_body_times_out(timed):
     with FakeGCSServer(port=0, limits=Limits(body_timeout_s=0.3)) as server:
         raw = Raw(server.url)
         assert raw.json("POST", "/storage/v1/b?project=p", {"name": BUCKET})[0] == 200
@@ -92,12 +92,13 @@ def test_idle_body_times_out():
         ).encode()
         t0 = time.monotonic()
         answer = _exchange(server, head + b"z" * 10, wait=10)
-        assert time.monotonic() - t0 < 5
+        if timed:
+            assert time.monotonic() - t0 < 5
         assert _status_lines(answer) == [b"HTTP/1.1 400 Bad Request"]
         assert raw("GET", object_path("slow"))[0] == 404
 
 
-def test_trickling_body_times_out():
+def test_trickling_body_times_out(timed):
     with FakeGCSServer(port=0, limits=Limits(body_timeout_s=0.5)) as server:
         raw = Raw(server.url)
         assert raw.json("POST", "/storage/v1/b?project=p", {"name": BUCKET})[0] == 200
@@ -119,7 +120,8 @@ def test_trickling_body_times_out():
                     continue
                 except ConnectionError:
                     break
-            assert time.monotonic() - t0 < 5
+            if timed:
+                assert time.monotonic() - t0 < 5
         assert _status_lines(answer) == [b"HTTP/1.1 400 Bad Request"]
         assert raw("GET", object_path("trickle"))[0] == 404
 

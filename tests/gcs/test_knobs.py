@@ -20,16 +20,18 @@ def _timed_get(raw: Raw, path: str) -> tuple[float, int, bytes]:
     return time.perf_counter() - t0, status, body
 
 
-def test_latency_and_jitter():
+def test_latency_and_jitter(timed):
     with FakeGCSServer(port=0, latency_ms=60, jitter_ms=40, seed=1) as server:
         raw = Raw(server.url)
         times = [_timed_get(raw, "/storage/v1/b")[0] for _ in range(8)]
         raw.close()
-    assert min(times) >= 0.06 and max(times) < 0.5
+    assert min(times) >= 0.06
+    if timed:
+        assert max(times) < 0.5
     assert max(times) - min(times) > 0.005  # jitter varies the delay
 
 
-def test_bandwidth_cap_per_connection():
+def test_bandwidth_cap_per_connection(timed):
     data = os.urandom(3_000_000)
     with FakeGCSServer(port=0) as server:
         bucket_with_object(server.url, "bw-bucket", "o", data)
@@ -41,7 +43,9 @@ def test_bandwidth_cap_per_connection():
         slow, status, body = _timed_get(raw, object_path("o", "bw-bucket") + "?alt=media")
         raw.close()
     assert status == 200 and body == data
-    assert 0.25 <= slow < 2.0 and fast < 0.25  # 3 MB at 10 MB/s is ~0.3 s
+    assert 0.25 <= slow  # 3 MB at 10 MB/s is ~0.3 s
+    if timed:
+        assert slow < 2.0 and fast < 0.25
 
 
 def _fault_sequence(seed: int) -> list[int]:

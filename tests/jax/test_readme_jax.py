@@ -1,4 +1,4 @@
-"""The README's JAX snippet, run as written in a fresh process (8 CPU devices)."""
+"""docs/jax.md's JAX snippet, run as written in a fresh process (8 CPU devices)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tests.readme import ROOT, code_blocks  # noqa: E402
 
 
 def test_readme_jax_snippet(tmp_path):
-    (block,) = code_blocks("JAX")
+    (block,) = code_blocks("JAX", "docs/jax.md")
     (tmp_path / "jax_input.py").write_text(block)
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env.update(PYTHONPATH=ROOT, TMPDIR=str(tmp_path), JAX_PLATFORMS="cpu")

@@ -1,4 +1,4 @@
-"""The README's PyTorch snippets, run as written: one process with workers, and two ranks under
+"""docs/torch.md's PyTorch snippets, run as written: one process with workers, and two ranks under
 torchrun (gloo on 127.0.0.1)."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def _run(args, tmp_path):
 
 
 def test_readme_pytorch_snippets(tmp_path):
-    single, multi = code_blocks("PyTorch")
+    single, multi = code_blocks("PyTorch", "docs/torch.md")
     (tmp_path / "single.py").write_text(single)
     (tmp_path / "train.py").write_text(multi)
     _run([sys.executable, "single.py"], tmp_path)

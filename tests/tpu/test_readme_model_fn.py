@@ -1,4 +1,4 @@
-"""The custom model_fn shown in README.md, run for real (keep the two in sync)."""
+"""The custom model_fns shown in docs/tpu.md, run for real (keep the two in sync)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 from tpudata import Dataset, tpu
 
 
-# --- README example starts ---
+# --- docs/tpu.md example starts ---
 def model_fn(features, labels, mode, params):
     x = features["x"]                                          # [per-replica batch, 64] float32
     W = tpu.get_variable("W", (x.shape[1], 10), initializer=tpu.initializers.glorot_uniform)
@@ -26,7 +26,7 @@ def model_fn(features, labels, mode, params):
     gradients = {"W": x.T @ dlogits, "b": dlogits.sum(axis=0)}
     optimizer = tpu.CrossShardOptimizer(tpu.Momentum(0.1, momentum=0.9))   # all-reduce (mean)
     return tpu.TPUEstimatorSpec(mode, loss=loss, train_op=optimizer.minimize(loss, gradients))
-# --- README example ends ---
+# --- docs/tpu.md example ends ---
 
 
 def test_readme_model_fn_trains_and_evaluates():
@@ -56,7 +56,7 @@ def test_readme_model_fn_trains_and_evaluates():
 def test_readme_jax_model_fn_trains_and_evaluates():
     pytest = __import__("pytest")
     pytest.importorskip("jax")
-    # --- README JAX example starts ---
+    # --- docs/tpu.md JAX example starts ---
     import jax
     import jax.numpy as jnp
 
@@ -77,7 +77,7 @@ def test_readme_jax_model_fn_trains_and_evaluates():
                                         eval_metrics=(metric_fn, [labels, logits.argmax(1), w]))
         optimizer = tpu.CrossShardOptimizer(tpu.Momentum(0.1, momentum=0.9))  # lax.pmean
         return tpu.TPUEstimatorSpec(mode, loss=loss, train_op=optimizer.minimize(loss))  # jax.grad
-    # --- README JAX example ends ---
+    # --- docs/tpu.md JAX example ends ---
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((4160, 64)).astype(np.float32)
@@ -93,3 +93,15 @@ def test_readme_jax_model_fn_trains_and_evaluates():
     assert result["examples"] == 160 and result["accuracy"] > 0.8
     preds = list(est.predict(lambda p: Dataset.from_tensor_slices({"x": x[:50]}).batch(p["batch_size"])))
     assert len(preds) == 50
+
+
+def test_the_doc_shows_these_model_fns():
+    import os
+    import textwrap
+
+    here = open(__file__).read()
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "tpu.md")).read()
+    for marker in ("example", "JAX example"):
+        source = here.split(f"# --- docs/tpu.md {marker} starts ---\n")[1].split("# --- docs/tpu.md")[0]
+        source = textwrap.dedent(source).rstrip(" ")
+        assert source[source.index("def model_fn"):] in doc, marker  # the doc imports on one line

@@ -286,19 +286,19 @@ def test_writer_checks_its_arguments(tmp_path):
     assert series(load(str(tmp_path / "w")), "a") == [(7, 2.5)]
 
 
-# --- README example starts ---
+# --- docs/tpu.md example starts ---
 def host_fn(loss, labels):                     # [steps in the loop, replicas], [steps, global batch]
     tpu.summaries.scalar("replica_loss_max", loss.max(axis=1), step=tpu.summaries.steps())
     tpu.summaries.histogram("labels", labels)  # at the loop's last global step
-# --- README example ends ---
+# --- docs/tpu.md example ends ---
 
 
 @pytest.mark.parametrize("use_tpu", [True, False])
 def test_the_readme_host_call(tmp_path, use_tpu):
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
-    source = open(__file__).read().split("# --- README example starts ---\n")[1].split("# ---")[0]
-    assert source in readme
-    assert "host_call=(host_fn, [np.reshape(loss, [1]), labels])" in readme
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "tpu.md")).read()
+    source = open(__file__).read().split("# --- docs/tpu.md example starts ---\n")[1].split("# ---")[0]
+    assert source in doc
+    assert "host_call=(host_fn, [np.reshape(loss, [1]), labels])" in doc
     model_fn = with_host_call(models.softmax_regression(4), host_fn,
                               lambda f, l, spec: [np.reshape(spec.loss, [1]), l])
     d = str(tmp_path / "m")

@@ -2,7 +2,7 @@
 state) on a compact numpy "TPU" or, with ``backend="jax"``, on JAX devices (the ``[jax]`` extra,
 imported only then).
 
-See README.md for complete custom model_fns.
+See docs/tpu.md for complete custom model_fns.
 """
 
 from tpudata.tpu import initializers, metrics, models, summaries

@@ -3,7 +3,7 @@
 The contract is TensorFlow's: ``input_fn(params)`` (``params["batch_size"]`` is the per-replica
 batch size on TPU, the global one with ``use_tpu=False``) returns a tpudata Dataset (or any
 iterable of numpy batches) of ``features`` or ``(features, labels)``; ``model_fn(features,
-labels, mode, params)`` returns a :class:`TPUEstimatorSpec`. See README.md for a complete
+labels, mode, params)`` returns a :class:`TPUEstimatorSpec`. See docs/tpu.md for a complete
 model_fn.
 """
 
