@@ -344,6 +344,8 @@ def glob(pattern: str, include_side_files: bool = False, **storage_options) -> l
     """Files matching ``pattern``, sorted like TensorFlow's ``MatchingFiles``.
 
     Results keep the pattern's form (plain paths for local patterns, full URLs otherwise).
+    Names starting with ``.`` (temporaries) match only a pattern whose last part starts so,
+    on every filesystem, as Python's ``glob`` treats local files.
     tpudata's side files (``*.manifest.json``, ``*.idx``: :data:`SIDE_FILE_SUFFIXES`) are left
     out unless the pattern's ending asks for them (``*.idx``) or ``include_side_files``. On GCS
     it is one listing (paged) whose sizes and generations later opens use.
@@ -362,6 +364,10 @@ def glob(pattern: str, include_side_files: bool = False, **storage_options) -> l
     if _is_gcs(pattern):
         _objects.TABLE.record_listing(_objects.endpoint_of(fs), path[:_glob_start(path)],
                                       {p: _objects.info_of(listed[p]) for p in found})
+    if not pattern.rstrip("/").rsplit("/", 1)[-1].startswith("."):
+        # as for local files (Python's glob, the shell): a name starting with "." (an
+        # unfinished upload's parts, a write probe) only matches a pattern that starts so too
+        found = [p for p in found if not p.rsplit("/", 1)[-1].startswith(".")]
     if not include_side_files:
         found = _without_side_files(found, pattern)
     if not found:
