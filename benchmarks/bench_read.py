@@ -5,12 +5,13 @@ Workloads (written once into --dir and reused):
      width, format, filename); read + CRC + parse image/encoded + label into batches of 128.
   B: 500,000 Examples of x: 16 floats and y: int64 label; parsed into batches of 1024.
 
-tpudata runs in this process two ways: on one thread (reader, CRC checks and parser all in the
-calling thread), and through the Dataset API (a read-ahead thread reads and checks CRCs while
-the calling thread parses). TensorFlow, when importable, runs in a subprocess with its best pipeline
-(TFRecordDataset(buffer_size=8 MiB) -> batch -> map(parse_example, AUTOTUNE) -> prefetch), using
-every core, with the same glibc malloc settings tpudata uses. Each side reports its best of --repeat epochs after a warm-up epoch; the page cache
-is warm for both.
+tpudata runs two ways: on one thread (reader, CRC checks and parser all in the calling thread),
+and through the Dataset API (a read-ahead thread reads and checks CRCs while the calling thread
+parses); each in two processes: as a user gets it (glibc malloc as it comes) and tuned
+(``tpudata.tune_malloc()``). TensorFlow, when importable (or ``TF_PYTHON``), runs in a subprocess
+with its best pipeline (TFRecordDataset(buffer_size=8 MiB) -> batch -> map(parse_example,
+AUTOTUNE) -> prefetch), using every core, with the tuned malloc settings. Each side reports its
+best of --repeat epochs after a warm-up epoch; the page cache is warm for all.
 
     python benchmarks/bench_read.py                 # both workloads
     python benchmarks/bench_read.py --workload B --repeat 5
@@ -142,10 +143,19 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "tpudata-bench"))
     ap.add_argument("--no-tf", action="store_true", help="skip the TensorFlow peer")
     ap.add_argument("--pure", action="store_true", help="use the pure Python path (no accelerator)")
+    ap.add_argument("--child", choices=["default", "tuned"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.pure:
         _accel.use_native(False)
-    _accel.ensure_allocator_tuned()  # tpudata.tune_malloc(); the TF peer gets the same settings
+    if args.child:  # one process's tpudata rows, as JSON
+        if args.child == "tuned":
+            tpudata.tune_malloc()
+        path = os.path.join(args.dir, WORKLOADS[args.workload[0]]["file"])
+        run_tpudata(path, args.workload[0])  # warm-up (page cache)
+        print(json.dumps({m: [run_tpudata(path, args.workload[0], m) for _ in range(args.repeat)]
+                          for m in ("core", "dataset")}))
+        return 0
+    _accel.ensure_allocator_tuned()  # this process measures nothing: TF's peer gets the settings
     os.makedirs(args.dir, exist_ok=True)
     print(f"tpudata {tpudata.__version__}, accelerator: {'on' if _accel.native else 'off'}, "
           f"cpu count {os.cpu_count()}")
@@ -156,28 +166,39 @@ def main(argv=None) -> int:
             print(f"writing workload {wl} to {path} ...", flush=True)
             (make_a if wl == "A" else make_b)(path)
         size = os.path.getsize(path)
-        run_tpudata(path, wl)  # warm-up (page cache)
-        modes = ("core", "dataset")
-        ours = {m: [run_tpudata(path, wl, m) for _ in range(args.repeat)] for m in modes}
-        tf_res = None if args.no_tf else run_tf(path, wl, args.repeat)
-        for m in modes:  # again, after TF
-            ours[m] += [run_tpudata(path, wl, m) for _ in range(args.repeat)]
-        n = ours["core"][0][1]
+        child = [sys.executable, os.path.abspath(__file__), "--workload", wl, "--repeat",
+                 str(args.repeat), "--dir", args.dir] + (["--pure"] if args.pure else [])
+        ours: dict = {}
+        for rnd in range(2):  # tpudata before and after TF, each malloc setting in its own process
+            for malloc in ("default", "tuned"):
+                env = dict(os.environ, TPUDATA_MALLOC_TUNING="0")  # "default": glibc as it comes
+                out = subprocess.run(child + ["--child", malloc], capture_output=True, text=True,
+                                     check=True, env=env)
+                for m, runs in json.loads(out.stdout.strip().splitlines()[-1]).items():
+                    ours.setdefault((m, malloc), []).extend(runs)
+            if rnd == 0:
+                tf_res = None if args.no_tf else run_tf(path, wl, args.repeat)
+        n = ours["core", "default"][0][1]
         row = {"records": n, "MB": size / 1e6}
         tbest = min(tf_res["times"]) if tf_res else None
         lines = [f"workload {wl}: {n} records, {size / 1e6:.0f} MB"]
-        for m, label in (("core", "tpudata, one thread (read_record_batches + parse_batches)"),
-                         ("dataset", "tpudata, Dataset (read-ahead thread + parse)")):
-            best = min(t for t, _ in ours[m])
-            med = statistics.median(t for t, _ in ours[m])
-            row[m] = {"GBps": size / best / 1e9, "Mrps": n / best / 1e6,
-                      "median_GBps": size / med / 1e9}
+        for (m, malloc), runs in sorted(ours.items()):
+            label = {"core": "tpudata, one thread (read_record_batches + parse_batches)",
+                     "dataset": "tpudata, Dataset (read-ahead thread + parse)"}[m]
+            label += ", as a user gets it" if malloc == "default" else ", tune_malloc()"
+            best = min(t for t, _ in runs)
+            med = statistics.median(t for t, _ in runs)
+            row[f"{m}_{malloc}"] = {"GBps": size / best / 1e9, "Mrps": n / best / 1e6,
+                                   "median_GBps": size / med / 1e9}
             line = (f"  {label}: {size / best / 1e9:.2f} GB/s, {n / best / 1e6:.3f} M rec/s "
                     f"(median {size / med / 1e9:.2f} GB/s)")
             if tbest:
-                row[m]["ratio"] = tbest / best
+                row[f"{m}_{malloc}"]["ratio"] = tbest / best
                 line += f"  ratio {tbest / best:.2f}x"
             lines.append(line)
+        for m in ("core", "dataset"):
+            ratio = row[f"{m}_default"]["GBps"] / row[f"{m}_tuned"]["GBps"]
+            lines.append(f"  {m}: as a user gets it / tuned = {ratio:.2f}")
         if tf_res:
             row.update(tf_GBps=size / tbest / 1e9, tf_Mrps=tf_res["n"] / tbest / 1e6,
                        tf_version=tf_res["version"])

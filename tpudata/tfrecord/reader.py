@@ -26,7 +26,7 @@ from typing import Iterable, Iterator, Mapping
 
 import numpy as np
 
-from tpudata import _accel, _gcs, storage
+from tpudata import _accel, _gcs, _outpool, storage
 from tpudata._objects import fill
 from tpudata._keywords import strict_keywords
 from tpudata.errors import CorruptRecordError, DataLossError, StorageError, TruncatedRecordError
@@ -88,6 +88,12 @@ def is_transient(exc: BaseException) -> bool:
         return isinstance(exc, HttpError) and status is None
     except ImportError:  # pragma: no cover
         return False
+
+
+def _buffer(size: int) -> np.ndarray:
+    """A read buffer of ``size`` bytes in recycled memory (no fresh pages per block): sizes
+    are rounded up to whole MiB so files of similar sizes share mappings."""
+    return _outpool.empty((-(-size // (1 << 20)) << 20,), np.uint8)[:size]
 
 
 class _RawSource:
@@ -359,7 +365,7 @@ class TFRecordFileReader:
             known_size, eof = (src.size if not self.compression else None), False
             if known_size is not None:  # a small file gets a buffer of its size, not buffer_size
                 bufsize = max(1, min(bufsize, known_size - self.offset))
-            buf = np.empty(bufsize, dtype=np.uint8)
+            buf = _buffer(bufsize)
         base = self.offset
         source_error: DataLossError | None = None
         while True:
@@ -396,7 +402,7 @@ class TFRecordFileReader:
             size = max(bufsize, tail + 1)
             if need > size:
                 size = need if known_size is not None else max(size, min(need, 2 * len(buf)))
-            new = np.empty(size, dtype=np.uint8)
+            new = _buffer(size)
             new[:tail] = buf[pos:filled]
             buf, filled, base = new, tail, base + pos
 
