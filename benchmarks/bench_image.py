@@ -1,13 +1,20 @@
 """ResNet input pipelines: tpudata.image against tensorflow/tpu's tf.data + resnet_preprocessing, same run.
 
 Data: --images photo-like JPEGs (~500x375, ~100 KB, q90) as imagenet_to_gcs Examples in 8 shards.
+Both sides do the same work: tensorflow/tpu's current ``resnet_preprocessing.py`` (2023: train
+decodes the whole image then crops; eval center crop of ``size / (size + round(size / 7))``;
+output 0..255 float32, normalised by the model) and tpudata's preset with ``output="0-255"``.
 Pipelines (train and eval), batches of 128, drop_remainder:
 
   tf.data   list_files -> interleave(TFRecordDataset, AUTOTUNE) -> shuffle(1024) ->
-            map(parse_single_example + resnet_preprocessing.preprocess_image, AUTOTUNE) ->
+            map(parse_single_example + resnet_preprocessing.preprocess_image, CALLS) ->
             batch(128) -> prefetch(AUTOTUNE)                      (TensorFlow in a subprocess)
+            twice: CALLS = AUTOTUNE and CALLS = 8 (8 beat AUTOTUNE on a 2-core VM); the
+            ratios are against the faster of the two
   tpudata   list_files -> interleave -> shuffle(1024) -> parse -> map(resnet_preprocess, 2 threads)
-  per-elem  -> batch(128, drop_remainder) -> prefetch
+  per-elem  -> batch(128, drop_remainder) -> prefetch: the form a port writes first. The
+            map-and-batch fusion runs the preset calls as one batch call (tpudata.dataset's
+            optimisation pass); "unfused" turns it off (Options.experimental_optimization)
   tpudata   ... -> parse -> batch(128, drop_remainder) -> map(resnet_preprocess_batch, AUTOTUNE) -> prefetch
   batch     (one GIL-free C call per batch, one thread per core, written into the batch array; two
             batches in flight, so reading/parsing the next batch overlaps the kernel)
@@ -37,12 +44,14 @@ import numpy as np
 
 import tpudata
 import tpudata.image as ti
-from tpudata import AUTOTUNE, Dataset, FixedLenFeature, TFRecordDataset
+from tpudata import AUTOTUNE, Dataset, FixedLenFeature, TFRecordDataset, _accel
+from tpudata.dataset import Options
 from tpudata.image.synthetic import photo_like
 
 SHARDS = 8
 BATCH = 128
 SIZE = 224
+OUTPUT = "0-255"  # tensorflow/tpu's output since June 2018 (the model normalises)
 SPEC = {"image/encoded": FixedLenFeature([], bytes), "image/class/label": FixedLenFeature([], np.int64)}
 
 
@@ -82,21 +91,26 @@ def _source(pattern: str):
             .parse(SPEC))
 
 
-def tpudata_per_element(pattern: str, train: bool, threads: int):
+def tpudata_per_element(pattern: str, train: bool, threads: int, fused: bool = True):
     def prep(features, index):
-        image = ti.resnet_preprocess(features["image/encoded"], train, SIZE, seed=(0, int(index)))
+        image = ti.resnet_preprocess(features["image/encoded"], train, SIZE, seed=(0, int(index)), output=OUTPUT)
         return image, features["image/class/label"] - 1
 
-    return (Dataset.zip((_source(pattern), Dataset.range(1 << 62)))
-            .map(prep, num_parallel_calls=threads)
-            .batch(BATCH, drop_remainder=True)
-            .prefetch(2))
+    ds = (Dataset.zip((_source(pattern), Dataset.range(1 << 62)))
+          .map(prep, num_parallel_calls=threads)
+          .batch(BATCH, drop_remainder=True)
+          .prefetch(2))
+    if not fused:
+        options = Options()
+        options.experimental_optimization.map_and_batch_fusion = False
+        ds = ds.with_options(options)
+    return ds
 
 
 def tpudata_batch(pattern: str, train: bool, threads: int):
     def prep(features, step):
         images = ti.resnet_preprocess_batch(features["image/encoded"], train, SIZE, seed=(0, int(step)),
-                                            num_threads=threads)
+                                            num_threads=threads, output=OUTPUT)
         return images, features["image/class/label"] - 1
 
     return (Dataset.zip((_source(pattern).batch(BATCH, drop_remainder=True), Dataset.range(1 << 62)))
@@ -108,7 +122,6 @@ def profile(pattern: str, train: bool, threads: int) -> dict:
     """Where the time goes: CPU per image of each stage alone, then the pipeline's timeline (when
     the first kernel call starts, i.e. the shuffle fill, and how much of the epoch has a kernel call
     running)."""
-    from tpudata.image.ops import make_rng
     from tpudata.image.presets import _windows
 
     t0, c0 = time.perf_counter(), _cpu()
@@ -119,12 +132,12 @@ def profile(pattern: str, train: bool, threads: int) -> dict:
     n = BATCH * len(batches)
     out = {"source_cpu_ms": (_cpu() - c0) / n * 1e3, "source_wall_ms": (time.perf_counter() - t0) / n * 1e3}
     c0 = time.thread_time()
-    wins = [_windows(b, train, SIZE, make_rng((0, i)), "resnet") for i, b in enumerate(batches)]
+    wins = [_windows(b, train, SIZE, (0, i), "resnet") for i, b in enumerate(batches)]
     out["windows_cpu_ms"] = (time.thread_time() - c0) / n * 1e3
     for k in (1, threads):
         t0, c0 = time.perf_counter(), _cpu()
         for b, (crops, flips) in zip(batches, wins):
-            ti.preprocess_batch(b, crops, flips, SIZE, num_threads=k)
+            ti.preprocess_batch(b, crops, flips, SIZE, num_threads=k, output=OUTPUT)
         out[f"kernel{k}_cpu_ms"] = (_cpu() - c0) / n * 1e3
         out[f"kernel{k}_wall_ms"] = (time.perf_counter() - t0) / n * 1e3
     print(f"  profile: source (read+parse+shuffle+batch) {out['source_cpu_ms']:.3f} CPU ms/img; crop windows "
@@ -145,7 +158,7 @@ def _timeline(pattern: str, train: bool, threads: int, calls) -> dict:
     def prep(features, step):
         a = time.perf_counter()
         images = ti.resnet_preprocess_batch(features["image/encoded"], train, SIZE, seed=(0, int(step)),
-                                            num_threads=threads)
+                                            num_threads=threads, output=OUTPUT)
         spans.append((a, time.perf_counter()))
         return images, features["image/class/label"] - 1
 
@@ -212,29 +225,30 @@ TF_SCRIPT = textwrap.dedent("""
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
     import tensorflow as tf
     pattern, train, repeat, size = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3]), int(sys.argv[4])
-    MEAN_RGB, STDDEV_RGB, CROP_PADDING = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225], 32
+    calls = tf.data.AUTOTUNE if sys.argv[5] == "autotune" else int(sys.argv[5])
+    CROP_FRACTION = 0.875
 
-    # tensorflow/tpu models/official/resnet/resnet_preprocessing.py (IMAGE_SIZE = size)
+    # tensorflow/tpu models/official/resnet/resnet_preprocessing.py (2023, the newest), with
+    # tf.compat.v1 spelled out; preprocess_image(image_bytes, is_training, False, size)
     def distorted_bounding_box_crop(image_bytes, bbox, min_object_covered, aspect_ratio_range,
                                     area_range, max_attempts):
-        shape = tf.image.extract_jpeg_shape(image_bytes)
+        image = tf.io.decode_image(image_bytes, channels=3, expand_animations=False)
+        shape = tf.shape(image)
         begin, bsize, _ = tf.image.sample_distorted_bounding_box(
             shape, bounding_boxes=bbox, min_object_covered=min_object_covered,
             aspect_ratio_range=aspect_ratio_range, area_range=area_range,
             max_attempts=max_attempts, use_image_if_no_bounding_boxes=True)
         offset_y, offset_x, _ = tf.unstack(begin)
         target_height, target_width, _ = tf.unstack(bsize)
-        window = tf.stack([offset_y, offset_x, target_height, target_width])
-        image = tf.image.decode_and_crop_jpeg(image_bytes, window, channels=3)
-        return tf.image.convert_image_dtype(image, dtype=tf.float32)
+        return tf.image.crop_to_bounding_box(image, offset_y, offset_x, target_height, target_width)
 
     def decode_and_center_crop(image_bytes):
         shape = tf.image.extract_jpeg_shape(image_bytes)
         h, w = shape[0], shape[1]
-        crop = tf.cast(((size / (size + CROP_PADDING)) * tf.cast(tf.minimum(h, w), tf.float32)), tf.int32)
+        crop_padding = round(size * (1 / CROP_FRACTION - 1))
+        crop = tf.cast(((size / (size + crop_padding)) * tf.cast(tf.minimum(h, w), tf.float32)), tf.int32)
         oy, ox = ((h - crop) + 1) // 2, ((w - crop) + 1) // 2
         image = tf.image.decode_and_crop_jpeg(image_bytes, tf.stack([oy, ox, crop, crop]), channels=3)
-        image = tf.image.convert_image_dtype(image, dtype=tf.float32)
         return tf.compat.v1.image.resize_bicubic([image], [size, size])[0]
 
     def decode_and_random_crop(image_bytes):
@@ -246,11 +260,12 @@ TF_SCRIPT = textwrap.dedent("""
                        lambda: tf.compat.v1.image.resize_bicubic([image], [size, size])[0])
 
     def preprocess(image_bytes):
-        image = decode_and_random_crop(image_bytes) if train else decode_and_center_crop(image_bytes)
-        image = (image - tf.constant(MEAN_RGB, shape=[1, 1, 3])) / tf.constant(STDDEV_RGB, shape=[1, 1, 3])
         if train:
-            image = tf.image.random_flip_left_right(image)
-        return tf.reshape(image, [size, size, 3])
+            image = tf.image.random_flip_left_right(decode_and_random_crop(image_bytes))
+        else:
+            image = decode_and_center_crop(image_bytes)
+        image = tf.reshape(image, [size, size, 3])
+        return tf.image.convert_image_dtype(image, dtype=tf.float32)  # 0..255: the model normalises
 
     # tensorflow/tpu imagenet_input.py, with TF2's AUTOTUNE in place of contrib ops
     keys = {"image/encoded": tf.io.FixedLenFeature((), tf.string, ""),
@@ -265,7 +280,7 @@ TF_SCRIPT = textwrap.dedent("""
           .interleave(lambda f: tf.data.TFRecordDataset(f, buffer_size=8 << 20), cycle_length=8,
                       num_parallel_calls=AUTO)
           .shuffle(1024, seed=0)
-          .map(parser, num_parallel_calls=AUTO)
+          .map(parser, num_parallel_calls=calls)
           .batch(128, drop_remainder=True)
           .prefetch(AUTO))
 
@@ -285,9 +300,13 @@ TF_SCRIPT = textwrap.dedent("""
 """)
 
 
-def run_tf(python: str, pattern: str, train: bool, repeat: int) -> dict | None:
-    proc = subprocess.run([python, "-c", TF_SCRIPT, pattern, "1" if train else "0", str(repeat), str(SIZE)],
-                          capture_output=True, text=True, check=False)
+TF_CONFIGS = {"tf": "autotune", "tf8": "8"}  # map(num_parallel_calls=AUTOTUNE) and =8
+
+
+def run_tf(python: str, pattern: str, train: bool, repeat: int, calls: str) -> dict | None:
+    env = dict(os.environ, **_accel.allocator_environ())  # the glibc settings this process runs with
+    proc = subprocess.run([python, "-c", TF_SCRIPT, pattern, "1" if train else "0", str(repeat), str(SIZE), calls],
+                          capture_output=True, text=True, check=False, env=env)
     if proc.returncode:
         print(proc.stderr[-2000:], file=sys.stderr)
         return None
@@ -326,7 +345,7 @@ def summarise(name: str, res: dict, cores: int) -> dict:
     util = cpu / wall / cores
     row = {"img_s": n / wall, "cpu_ms_per_img": cpu / n * 1e3, "core_util": util,
            "img_s_per_busy_core": n / cpu}
-    print(f"  {name:<28} {row['img_s']:8.0f} img/s  {row['cpu_ms_per_img']:6.2f} CPU ms/img  "
+    print(f"  {name:<36} {row['img_s']:8.0f} img/s  {row['cpu_ms_per_img']:6.2f} CPU ms/img  "
           f"cores busy {util * 100:5.1f}%  {row['img_s_per_busy_core']:6.0f} img/s per busy core", flush=True)
     return row
 
@@ -334,6 +353,15 @@ def summarise(name: str, res: dict, cores: int) -> dict:
 def _merge(results: list[dict]) -> dict:
     return {"times": [t for r in results for t in r["times"]], "cpus": [c for r in results for c in r["cpus"]],
             "n": results[0]["n"]}
+
+
+def _fusion_option() -> bool:
+    """Whether this tpudata can turn the map-and-batch fusion off (for the "unfused" row)."""
+    try:
+        Options().experimental_optimization.map_and_batch_fusion = False
+    except AttributeError:
+        return False
+    return True
 
 
 def _default_tf_python() -> str | None:
@@ -358,6 +386,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quiet-wait", type=float, default=0.0, metavar="S",
                     help="shared machine: before each contender, wait up to S seconds for idle cores")
     args = ap.parse_args(argv)
+    _accel.ensure_allocator_tuned()  # a process tpudata owns (TPUDATA_MALLOC_TUNING=0: off); TF gets the same
     cores = os.cpu_count() or 1
     pattern = make_shards(args.dir, args.images)
     kernel = ti._backend.kernel() is not None
@@ -372,26 +401,39 @@ def main(argv=None) -> int:
         train = mode == "train"
         print(f"{mode}:")
         # the machine may be shared: alternate the contenders over --rounds and keep each one's best
-        runs: dict = {"tpudata_batch": [], "tpudata_map": [], "tf": []}
+        runs: dict = {"tpudata_batch": [], "tpudata_map": [], "tpudata_map_unfused": [], "tf": [], "tf8": []}
+        unfused = _fusion_option()
         version = None
         for _ in range(args.rounds):
             wait_for_quiet(args.quiet_wait)
             runs["tpudata_batch"].append(run_epochs(lambda: tpudata_batch(pattern, train, args.threads), args.repeat))
-            if args.tf_python:
-                wait_for_quiet(args.quiet_wait)
-                tf_res = run_tf(args.tf_python, pattern, train, args.repeat)
-                if tf_res:
-                    runs["tf"].append(tf_res)
-                    version = tf_res["version"]
+            for key, calls in TF_CONFIGS.items():
+                if args.tf_python:
+                    wait_for_quiet(args.quiet_wait)
+                    tf_res = run_tf(args.tf_python, pattern, train, args.repeat, calls)
+                    if tf_res:
+                        runs[key].append(tf_res)
+                        version = tf_res["version"]
             wait_for_quiet(args.quiet_wait)
             runs["tpudata_map"].append(run_epochs(lambda: tpudata_per_element(pattern, train, args.threads), 1))
+            if unfused:
+                wait_for_quiet(args.quiet_wait)
+                runs["tpudata_map_unfused"].append(
+                    run_epochs(lambda: tpudata_per_element(pattern, train, args.threads, fused=False), 1))
         names = {"tpudata_batch": "tpudata batch-level op", "tpudata_map": "tpudata per-element map",
-                 "tf": f"tf.data (TF {version})"}
+                 "tpudata_map_unfused": "tpudata per-element, unfused",
+                 "tf": f"tf.data map(AUTOTUNE) (TF {version})", "tf8": f"tf.data map(8) (TF {version})"}
         rows = {k: summarise(names[k], _merge(v), cores) for k, v in runs.items() if v}
-        if "tf" in rows:
-            for k in ("tpudata_batch", "tpudata_map"):
-                rows[k]["x_tf"] = rows[k]["img_s"] / rows["tf"]["img_s"]
-                rows[k]["cpu_vs_tf"] = rows[k]["cpu_ms_per_img"] / rows["tf"]["cpu_ms_per_img"]
+        peers = [k for k in TF_CONFIGS if k in rows]
+        if peers:
+            best = max(peers, key=lambda k: rows[k]["img_s"])  # tf.data's faster configuration
+            rows["tf_best"] = best
+            print(f"  ratios against tf.data's faster configuration ({names[best]}):", flush=True)
+            for k in ("tpudata_batch", "tpudata_map", "tpudata_map_unfused"):
+                if k not in rows:
+                    continue
+                rows[k]["x_tf"] = rows[k]["img_s"] / rows[best]["img_s"]
+                rows[k]["cpu_vs_tf"] = rows[k]["cpu_ms_per_img"] / rows[best]["cpu_ms_per_img"]
                 print(f"  {k}: {rows[k]['x_tf']:.2f}x tf.data images/s, CPU per image "
                       f"{rows[k]['cpu_vs_tf'] * 100:.0f}% of tf.data's", flush=True)
         if args.profile:

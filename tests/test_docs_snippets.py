@@ -43,6 +43,7 @@ SNIPPETS = {
     ("docs/images.md", "Image preprocessing", 0): not_runnable(
         "tf.data and tpudata side by side in two columns, not one program; the tpudata column's "
         "ops are tested in tests/image/"),
+    ("docs/images.md", "The per-element form, fused", 0): elsewhere("tests/image/test_fusion.py"),
     ("docs/shards.md", "Building shards", 0): not_runnable(
         "the shape of a call with the reader's own `items` and `encoder` (1024 shards); "
         "build_shards is tested in tests/test_shards.py"),
@@ -57,6 +58,13 @@ SNIPPETS = {
     ("docs/torch.md", "PyTorch", 0): elsewhere("tests/torch/test_readme_torch.py"),
     ("docs/torch.md", "PyTorch", 1): elsewhere("tests/torch/test_readme_torch.py"),
     ("docs/jax.md", "JAX:", 0): elsewhere("tests/jax/test_readme_jax.py"),
+    ("docs/remote.md", "From a laptop to a cluster", 0): elsewhere(
+        "tests/distribute/test_remote_docs.py"),
+    ("docs/remote.md", "Ray", 0): not_runnable(
+        "continues the laptop example (SPEC, features) on a Ray cluster; tests/ray runs both "
+        "calls, opt-in: Ray's servers listen on every interface"),
+    ("docs/mixtures.md", "Mixtures of named datasets", 0): elsewhere("tests/dataset/test_mixture.py"),
+    ("docs/text.md", "A pipeline: JSON lines to packed rows", 0): RUN,  # test_text_snippet
 }
 
 
@@ -187,3 +195,12 @@ def test_input_fn_and_executor_snippets(bucket):
     est.train(ns["input_fn"], steps=20)  # resumes from the numpy run's checkpoint
     assert est.global_step == 1020
     assert est.evaluate(eval_input_fn)["accuracy"] > 0.8
+
+
+# -- docs/text.md -------------------------------------------------------------------------------------
+def test_text_snippet(tmp_path, monkeypatch):
+    pytest.importorskip("tokenizers")
+    monkeypatch.chdir(tmp_path)  # it writes corpus.jsonl
+    ns = run("docs/text.md", "A pipeline: JSON lines to packed rows", {})
+    assert ns["row"]["text"].shape == (64,) and ns["row"]["text_loss_mask"].dtype == np.float32
+    assert len(str(ns["state"])) < 2048

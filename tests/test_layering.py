@@ -27,9 +27,9 @@ LAYERS = [
     {"dataset.io"},
     {"dataset.parallel"},
     {"dataset.sources", "dataset.ops", "dataset"},
-    {"image", "distribute"},
+    {"image", "distribute", "text"},  # text: tokenize and pack, ops over dataset (and example)
     {"tpu"},
-    {"jax", "torch"},
+    {"jax", "ray", "torch"},
     {"tpudata"},  # the top-level package's __init__: the public names, re-exported
     {"commands", "cli"},
 ]

@@ -98,6 +98,32 @@ class MissingExtraError(TpuDataError, ImportError):
         return (type(self), (self.message, self.extra, self.name))
 
 
+class InvalidTextError(TpuDataError, ValueError):
+    """A document that is not valid UTF-8 text (or a JSON line that does not parse); ``path``
+    names its file and ``record`` the record (``"line 12"``, ``"record at offset 4096"``, or
+    its number in the input when the file does not say), either ``None`` when unknown."""
+
+    def __init__(self, message: str, path: str | None = None, record: str | None = None):
+        self.message = message
+        self.path = path
+        self.record = record
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.path, self.record))
+
+
+class TokenizerError(TpuDataError, ValueError):
+    """A tokenizer that cannot be used: an unknown name (the message lists what is installed),
+    a file that is not a tokenizer, or a special token it does not have."""
+
+
+class PackingError(TpuDataError, ValueError):
+    """Packing asked for what cannot be: a row length that leaves no room for BOS + EOS and a
+    token, a document longer than a row (with ``overflow="error"``), an element without a
+    feature to pack."""
+
+
 class UnsupportedDtypeError(TpuDataError, TypeError):
     """A dtype the target (e.g. the TPU executor) does not support."""
 
@@ -268,19 +294,47 @@ class WorkerError(TpuDataError, RuntimeError):
                              self.worker_traceback))
 
 
+class RemoteSplitError(WorkerError):
+    """A split of ``ds.distribute(...)`` failed on a remote worker (bad data, a failing function,
+    a package missing there). ``split`` is the split's number, ``path`` / ``offset`` the file and
+    byte offset being read (``None`` where unknown), ``worker`` the worker's address, and
+    ``worker_traceback`` the traceback text from the worker. Elements delivered before it stay
+    delivered: the iterator's state restores from there."""
+
+    def __init__(self, message: str, split: int | None = None, path: str | None = None,
+                 offset: int | None = None, worker: str | None = None,
+                 worker_traceback: str | None = None):
+        super().__init__(message, worker_traceback=worker_traceback)
+        self.split, self.path, self.offset, self.worker = split, path, offset, worker
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.split, self.path, self.offset, self.worker,
+                             self.worker_traceback))
+
+
+class ExecutorLostError(TpuDataError, RuntimeError):
+    """The executor behind ``ds.distribute(...)`` went away (the dask scheduler stopped answering,
+    a process pool broke, every worker left for too long). Elements delivered so far stay
+    delivered: restore the iterator's state with a new executor to go on from there."""
+
+
 __all__ = [
     "BatchError",
     "CorruptRecordError",
     "DataLoaderConfigError",
     "DataLossError",
     "DecodeError",
+    "ExecutorLostError",
     "HostCallError",
     "InputFnError",
     "InvalidExampleError",
     "InvalidImageError",
+    "InvalidTextError",
     "MainGuardError",
     "MissingExtraError",
     "NotPicklableError",
+    "PackingError",
+    "RemoteSplitError",
     "SavedDatasetError",
     "SavedDatasetNotFoundError",
     "SharedMemoryFullError",
@@ -290,6 +344,7 @@ __all__ = [
     "StateError",
     "StaticShapeError",
     "StorageError",
+    "TokenizerError",
     "TpuDataError",
     "TruncatedRecordError",
     "UnsupportedDtypeError",

@@ -16,9 +16,11 @@ import importlib as _importlib  # noqa: E402
 # The modules that provide what core's Dataset methods build (see core/registry.py)
 for _module in (
     "io.cache", "io.save", "ops.batch", "ops.concatenate", "ops.directed", "ops.enumerate",
-    "ops.filter", "ops.grouping", "ops.ignore_errors", "ops.interleave", "ops.map", "ops.parse",
+    "ops.filter", "ops.grouping", "ops.ignore_errors", "ops.interleave", "ops.map", "ops.map_batch", "ops.mixture",
+    "ops.parse",
     "ops.rebatch", "ops.repeat", "ops.scan", "ops.shard", "ops.shuffle", "ops.take",
     "ops.take_while", "ops.unique", "ops.window", "ops.zip", "parallel.prefetch",
+    "remote.dataset",
     "sources.counter", "sources.generator", "sources.load", "sources.random_values",
 ):
     _importlib.import_module(f"tpudata.dataset.{_module}")

@@ -16,16 +16,23 @@ preallocated ``(n, size, size, 3)`` array, in C threads without the GIL. That ar
 reused for a later batch once it and every view of it are dropped (:mod:`tpudata._outpool`;
 ``tpudata.image.release_batch_memory()`` unmaps what is kept). Without the compiled kernel
 the same steps run through the numpy/Pillow reference (slower, decode not bit-identical).
+
+The per-element forms (``resnet_preprocess``, ``inception_preprocess``) carry
+``__tpudata_batched__`` (their batch form): in ``map(fn).batch(n)`` with ``fn`` calling them, the
+pipeline runs the decode and resize of a whole batch in one kernel call, with the same values
+(:mod:`tpudata.dataset.ops.map_batch`).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
 
 from tpudata import _outpool
 from tpudata.dataset.core.columns import RecordColumn
+from tpudata.dataset.core.deferred import BatchForm, Deferred, deferring
 from tpudata.errors import InvalidImageError
 from tpudata.image import _backend, decode
 from tpudata.image.decode import _info, as_buffer, decode_and_crop_jpeg
@@ -166,10 +173,12 @@ def _infos(images: _Images) -> np.ndarray:
     return out
 
 
-def _windows(images, is_training: bool, image_size: int, rng, style: str, crop_padding: int | None = None):
+def _windows(images, is_training: bool, image_size: int, seed, style: str, crop_padding: int | None = None):
     """``(crops, codes)`` for :func:`_preprocess` (bit 0: flip); a ResNet center crop is flagged (bit 1)
     to be decoded as ``tf.image.decode_and_crop_jpeg`` decodes it, the random crops as a full
-    decode then crop (``decode_image`` + ``crop_to_bounding_box``), as resnet_preprocessing does."""
+    decode then crop (``decode_image`` + ``crop_to_bounding_box``), as resnet_preprocessing does.
+    ``seed`` (see :func:`~tpudata.image.ops.make_rng`) is drawn from only when training."""
+    rng = make_rng(seed) if is_training else None
     images = _Images(images)
     n = images.n
     crops = np.empty((n, 4), np.int32)
@@ -259,6 +268,26 @@ def _preprocess(bufs: _Images, crops, codes, image_size, *, method, dtype, norma
                 num_threads, try_recover_truncated) -> np.ndarray:
     """:func:`preprocess_batch` with ``codes[i]`` bit 0: flip, bit 1 (``_TF_CROP``): the window's
     edge columns as TensorFlow's DecodeAndCropJpeg decodes them (kernel only)."""
+    plan = _plan(image_size, method, dtype, normalize, output, mean, stddev, try_recover_truncated)
+    out = _out_array(plan, bufs.n, out)
+    crops, codes = _checked_windows(bufs, crops, codes)
+    return _run(plan, bufs, crops, codes, out, num_threads)
+
+
+def _plan(image_size, method, dtype, normalize, output, mean, stddev, try_recover_truncated) -> tuple:
+    """The checked settings of a call: ``(method, dtype name, output, out_h, out_w, mean, stddev,
+    recover, max_bytes)``, plain values (calls with equal plans can share one kernel call)."""
+    args = (image_size, method, dtype, normalize, output, mean, stddev, try_recover_truncated,
+            decode.MAX_DECODED_BYTES)
+    try:
+        return _cached_plan(*args)  # per-element calls repeat their settings
+    except TypeError:  # unhashable settings (a list, an array): checked each time
+        return _cached_plan.__wrapped__(*args)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_plan(image_size, method, dtype, normalize, output, mean, stddev, try_recover_truncated,
+                 max_bytes) -> tuple:
     if method not in _METHODS:
         raise ValueError(f"method must be one of {sorted(_METHODS)}, got {method!r}")
     name = _dtype_name(dtype)
@@ -267,38 +296,87 @@ def _preprocess(bufs: _Images, crops, codes, image_size, *, method, dtype, norma
         raise ValueError("uint8 output holds the 0-255 values: pass output='0-255' (or normalize=False) and "
                          "normalise on the device")
     oh, ow = (image_size, image_size) if np.isscalar(image_size) else (int(image_size[0]), int(image_size[1]))
-    n = bufs.n
-    if out is None:  # memory of dropped earlier batches is reused (no fresh pages to zero)
-        if name == "bfloat16":
-            import ml_dtypes
+    return (method, name, output, int(oh), int(ow), tuple(float(v) for v in mean), tuple(float(v) for v in stddev),
+            bool(try_recover_truncated), int(max_bytes))
 
-            out = _outpool.empty((n, oh, ow, 3), ml_dtypes.bfloat16)
-        else:
-            out = _outpool.empty((n, oh, ow, 3), np.dtype(name))
+
+def _np_dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def _out_array(plan: tuple, n: int, out) -> np.ndarray:
+    """``out`` checked, or a new ``(n, h, w, 3)`` array (memory of dropped earlier batches is reused:
+    no fresh pages to zero)."""
+    name, oh, ow = plan[1], plan[3], plan[4]
+    if out is None:
+        out = _outpool.empty((n, oh, ow, 3), _np_dtype(name))
     if out.shape != (n, oh, ow, 3) or str(out.dtype) != name or not out.flags.c_contiguous:
         raise ValueError(f"out must be a C-contiguous {name} array of shape {(n, oh, ow, 3)}, "
                          f"got {out.dtype} {out.shape}")
+    return out
+
+
+def _checked_windows(bufs: _Images, crops, codes) -> tuple[np.ndarray, np.ndarray]:
+    """``crops`` as int32 ``(n, 4)`` (a value past int32 fails its image) and ``codes`` as uint8."""
+    n = bufs.n
     crops = np.asarray(crops)
-    if crops.dtype.kind in "iu" and crops.size and (crops.min() < -2**31 or crops.max() >= 2**31):
+    if crops.dtype != np.int32 and crops.dtype.kind in "iu" and crops.size and \
+            (crops.min() < -2**31 or crops.max() >= 2**31):
         i = int(np.flatnonzero(((crops < -2**31) | (crops >= 2**31)).reshape(n, -1).any(axis=1))[0])
         raise bufs.fail([(i, f"crop window {crops.reshape(n, 4)[i].tolist()} is not inside the image "
                              "(values past int32)")])
-    crops = np.ascontiguousarray(crops, np.int32).reshape(n, 4)
-    codes = np.ascontiguousarray(codes, np.uint8).reshape(n)
+    return np.ascontiguousarray(crops, np.int32).reshape(n, 4), np.ascontiguousarray(codes, np.uint8).reshape(n)
+
+
+def _run(plan: tuple, bufs: _Images, crops: np.ndarray, codes: np.ndarray, out: np.ndarray,
+         num_threads: int | None) -> np.ndarray:
+    """Decode, crop, resize, flip, scale and cast every image of ``bufs`` into ``out``."""
+    method, name, output, oh, ow, mean, stddev, recover, max_bytes = plan
     normalize = output == "normalized"
     scale = 1.0 / 255.0 if output != "0-255" else 1.0
     k = _backend.kernel()
     if k is None:
-        _reference(bufs, crops, codes, out, method, scale, mean, stddev, normalize, name, try_recover_truncated)
+        _reference(bufs, crops, codes, out, method, scale, mean, stddev, normalize, name, recover)
         return out
-    threads = num_threads or min(n, os.cpu_count() or 1)
+    threads = num_threads or min(bufs.n, os.cpu_count() or 1)
     failures = k.preprocess_batch(bufs.arg, out.reshape(-1).view(np.uint8), crops, codes, oh, ow, _METHODS[method],
-                                  _DTYPES[name], float(F(scale)), tuple(float(v) for v in mean),
-                                  tuple(float(v) for v in stddev), int(normalize), 1, 1, threads,
-                                  int(bool(try_recover_truncated)), int(decode.MAX_DECODED_BYTES))
+                                  _DTYPES[name], float(F(scale)), mean, stddev, int(normalize), 1, 1, threads,
+                                  int(recover), max_bytes)
     if failures:
         raise bufs.fail(failures)
     return out
+
+
+class _PresetBatch(BatchForm):
+    """The batch form of the per-element presets: the images of one plan in one kernel call."""
+
+    name = "tpudata.image preset"
+
+    def run(self, plan: tuple, payloads: list) -> np.ndarray:
+        bufs = _Images([p[0] for p in payloads])
+        crops = np.stack([p[1] for p in payloads])
+        codes = np.fromiter((p[2] for p in payloads), np.uint8, len(payloads))
+        return _run(plan, bufs, crops, codes, _out_array(plan, bufs.n, None), None)
+
+
+_BATCH_FORM = _PresetBatch()
+
+
+def _one(bufs: _Images, crops, codes, image_size, **settings):
+    """The one image of ``bufs``: computed now, or - while a fused ``map(...).batch(n)`` records
+    the map function's calls (:mod:`tpudata.dataset.core.deferred`) - a placeholder that the batch
+    computes in one kernel call with the others (the same values: each image is decoded and resized
+    on its own). Everything up to the kernel (checks, header, random draws) happens here either way."""
+    if not deferring() or _backend.kernel() is None:
+        return _preprocess(bufs, crops, codes, image_size, out=None, num_threads=1, **settings)[0]
+    plan = _plan(image_size, **settings)
+    crops, codes = _checked_windows(bufs, crops, codes)
+    return Deferred(_BATCH_FORM, plan, (bufs.arg[0], crops[0], codes[0]), (plan[3], plan[4], 3),
+                    _np_dtype(plan[1]))
 
 
 def resnet_preprocess_batch(images, is_training: bool, image_size: int = 224, *, seed=None, dtype=np.float32,
@@ -326,7 +404,7 @@ def resnet_preprocess_batch(images, is_training: bool, image_size: int = 224, *,
     (2, 8, 8, 3)
     """
     bufs = _Images(images)
-    crops, codes = _windows(bufs, is_training, image_size, make_rng(seed), "resnet", crop_padding)
+    crops, codes = _windows(bufs, is_training, image_size, seed, "resnet", crop_padding)
     return _preprocess(bufs, crops, codes, image_size, method="bicubic_v1", dtype=dtype, normalize=normalize,
                        output=output, mean=mean, stddev=stddev, out=out, num_threads=num_threads,
                        try_recover_truncated=try_recover_truncated)
@@ -344,9 +422,10 @@ def resnet_preprocess(image_bytes, is_training: bool, image_size: int = 224, *, 
     >>> resnet_preprocess(_jpeg_for_doc(), False, 8).dtype
     dtype('float32')
     """
-    return resnet_preprocess_batch([image_bytes], is_training, image_size, seed=seed, dtype=dtype, output=output,
-                                   normalize=normalize, mean=mean, stddev=stddev, crop_padding=crop_padding,
-                                   num_threads=1, try_recover_truncated=try_recover_truncated)[0]
+    bufs = _Images([image_bytes])
+    crops, codes = _windows(bufs, is_training, image_size, seed, "resnet", crop_padding)
+    return _one(bufs, crops, codes, image_size, method="bicubic_v1", dtype=dtype, normalize=normalize,
+                output=output, mean=mean, stddev=stddev, try_recover_truncated=try_recover_truncated)
 
 
 def inception_preprocess_batch(images, is_training: bool, image_size: int = 299, *, seed=None,
@@ -361,14 +440,24 @@ def inception_preprocess_batch(images, is_training: bool, image_size: int = 299,
     True
     """
     bufs = _Images(images)
-    crops, codes = _windows(bufs, is_training, image_size, make_rng(seed), "inception")
-    return _preprocess(bufs, crops, codes, image_size, method="bilinear_v1", dtype=dtype, normalize=None,
-                       output="normalized", mean=(0.5, 0.5, 0.5), stddev=(0.5, 0.5, 0.5), out=out,
-                       num_threads=num_threads, try_recover_truncated=try_recover_truncated)
+    crops, codes = _windows(bufs, is_training, image_size, seed, "inception")
+    return _preprocess(bufs, crops, codes, image_size, out=out, num_threads=num_threads,
+                       **_inception_settings(dtype, try_recover_truncated))
+
+
+def _inception_settings(dtype, try_recover_truncated: bool) -> dict:
+    return {"method": "bilinear_v1", "dtype": dtype, "normalize": None, "output": "normalized",
+            "mean": (0.5, 0.5, 0.5), "stddev": (0.5, 0.5, 0.5), "try_recover_truncated": try_recover_truncated}
 
 
 def inception_preprocess(image_bytes, is_training: bool, image_size: int = 299, *, seed=None,
                          dtype=np.float32, try_recover_truncated: bool = False) -> np.ndarray:
     """One image of :func:`inception_preprocess_batch`."""
-    return inception_preprocess_batch([image_bytes], is_training, image_size, seed=seed, dtype=dtype,
-                                      num_threads=1, try_recover_truncated=try_recover_truncated)[0]
+    bufs = _Images([image_bytes])
+    crops, codes = _windows(bufs, is_training, image_size, seed, "inception")
+    return _one(bufs, crops, codes, image_size, **_inception_settings(dtype, try_recover_truncated))
+
+
+# the per-element presets name their batch forms; a fused map(...).batch(n) batches their calls
+resnet_preprocess.__tpudata_batched__ = resnet_preprocess_batch
+inception_preprocess.__tpudata_batched__ = inception_preprocess_batch

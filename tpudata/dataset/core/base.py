@@ -256,6 +256,24 @@ class Dataset:
                                     rerandomize_each_iteration)
 
     @staticmethod
+    @strict_keywords
+    def mix(datasets, weights=None, seed: int | None = None,
+            stop_on_empty_dataset: bool = False, *, repeat=False,
+            rerandomize_each_iteration: bool | None = None, num_shards: int | None = None,
+            shard_index: int | None = None) -> "Dataset":
+        """A weighted mixture of named datasets (``{name: Dataset}``, ``weights={name: w}``)
+        whose state is keyed by name: a checkpoint restores into a mixture with other weights
+        or components added / removed, each staying component exactly where it was.
+        ``repeat``: True, False or a number of epochs, for all or per name (a dict);
+        ``num_shards``/``shard_index``: host ``shard_index`` of an elastic split whose states
+        restore on another host count. See docs/mixtures.md."""
+        mix = registry.lookup("mix")
+
+        return mix(datasets, weights, seed, stop_on_empty_dataset, repeat=repeat,
+                   rerandomize_each_iteration=rerandomize_each_iteration,
+                   num_shards=num_shards, shard_index=shard_index)
+
+    @staticmethod
     def zip(*args, datasets=None) -> "Dataset":
         """Elements are tuples (or dicts) of the datasets' elements, until the shortest ends:
         ``zip((a, b))``, ``zip(a, b)`` or ``zip(datasets={"x": a, "y": b})`` as in TF."""
@@ -453,6 +471,18 @@ class Dataset:
         PrefetchDataset = registry.lookup("PrefetchDataset")
 
         return PrefetchDataset(self, buffer_size, max_bytes)
+
+    @strict_keywords
+    def distribute(self, executor=None, *, split: str = "files", split_size: int | None = None,
+                   deterministic: bool | None = None, num_consumers: int = 1,
+                   consumer_index: int = 0, max_in_flight: int | None = None,
+                   chunk_bytes: int | None = None, speculate_after: float | None = None,
+                   lost_after: float = 60.0, shared_memory: bool = True) -> "Dataset":
+        """This pipeline's work on an executor's workers (a dask ``Client``, any
+        ``concurrent.futures.Executor``; None: here), each element once: tf.data service's
+        ``distribute("distributed_epoch", ...)``. Options: DistributeDataset's, docs/remote.md."""
+        options = {k: v for k, v in locals().items() if k not in ("self", "executor")}
+        return registry.lookup("DistributeDataset")(self, executor, **options)
 
     def apply(self, transformation_func: Callable[["Dataset"], "Dataset"]) -> "Dataset":
         """``transformation_func(self)``: chain a function that transforms a whole Dataset.

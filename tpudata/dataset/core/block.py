@@ -19,6 +19,7 @@ from tpudata.dataset.core.columns import (
     RecordColumn, leaf_compact, leaf_concat, leaf_items, leaf_len, leaf_nbytes, leaf_slice,
     leaf_take, materialize,
 )
+from tpudata.dataset.core.deferred import Deferred
 from tpudata.dataset.core.nest import LEAF, Tree, unflatten
 from tpudata.example.parse import VarLenValues
 from tpudata.tfrecord.batch import RecordBatch
@@ -39,7 +40,7 @@ def as_column(values: list, copy: bool = True):
         out = np.empty(len(values), dtype=object)
         out[:] = values
         return out
-    if isinstance(first, (RecordColumn, VarLenValues)):  # kept as they are: a slice assignment
+    if isinstance(first, (RecordColumn, VarLenValues, Deferred)):  # kept as they are: a slice assignment
         out = np.empty(len(values), dtype=object)  # would copy array-likes (BytesColumn) out
         for k, v in enumerate(values):
             out[k] = v

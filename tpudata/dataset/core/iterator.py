@@ -301,12 +301,15 @@ class Iterator:
                 raise
 
     def _build(self, iteration: int) -> None:
+        from tpudata.dataset.core.optimize import optimize
         from tpudata.dataset.core.options import options_of
         from tpudata.dataset.core.seeds import random_nodes
 
-        self._ctx = IterContext((iteration,), options=options_of(self._dataset))
+        options = options_of(self._dataset)
+        self._ctx = IterContext((iteration,), options=options)
         self._random = random_nodes(self._dataset)  # unseeded ops: their seeds go in the state
-        self._it = self._dataset._make_iterator(self._ctx)
+        # the graph rewrites (map-and-batch fusion, ...) for this iteration: same elements and states
+        self._it = optimize(self._dataset, options)._make_iterator(self._ctx)
         self._cursor = Cursor(self._it)
 
     def __iter__(self) -> "Iterator":

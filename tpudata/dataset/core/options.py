@@ -7,6 +7,9 @@ Only the knobs tpudata honours exist (setting any other attribute raises Attribu
 - ``autotune.cpu_budget``: how many threads ``num_parallel_calls=AUTOTUNE`` means
   (default: the number of cores).
 - ``threading.private_threadpool_size``: the most threads any one ``map`` / ``interleave`` uses.
+- ``experimental_optimization.map_and_batch_fusion``: False turns off the fusion of
+  ``map(fn).batch(n)`` where ``fn`` calls a tpudata.image preset (default on; see
+  :mod:`tpudata.dataset.core.optimize`).
 
 >>> from tpudata.dataset import Dataset, Options
 >>> options = Options()
@@ -88,21 +91,37 @@ class ThreadingOptions(_Group):
     __slots__ = ("private_threadpool_size",)
 
 
+class OptimizationOptions(_Group):
+    """``tf.data.experimental.OptimizationOptions``: the graph rewrites, each on unless set False."""
+
+    __slots__ = ("map_and_batch_fusion",)
+
+    def __setattr__(self, name, value):
+        if name not in self.__slots__:
+            raise AttributeError(f"OptimizationOptions has no option {name!r}; tpudata honours "
+                                 f"{', '.join(self.__slots__)}")
+        if value is not None and not isinstance(value, bool):
+            raise TypeError(f"OptimizationOptions.{name} must be True, False or None, not {value!r}")
+        object.__setattr__(self, name, value)
+
+
 class Options:
     """Pipeline options (``tf.data.Options``); see the module docstring for what each does."""
 
-    __slots__ = ("deterministic", "autotune", "threading")
+    __slots__ = ("deterministic", "autotune", "threading", "experimental_optimization")
 
     def __init__(self):
         object.__setattr__(self, "deterministic", None)
         object.__setattr__(self, "autotune", AutotuneOptions())
         object.__setattr__(self, "threading", ThreadingOptions())
+        object.__setattr__(self, "experimental_optimization", OptimizationOptions())
 
     def __setattr__(self, name, value):
         if name != "deterministic":
             raise AttributeError(f"Options has no settable option {name!r}; tpudata honours "
-                                 "deterministic, autotune.cpu_budget and "
-                                 "threading.private_threadpool_size")
+                                 "deterministic, autotune.cpu_budget, "
+                                 "threading.private_threadpool_size and "
+                                 "experimental_optimization.map_and_batch_fusion")
         if value is not None and not isinstance(value, bool):
             raise TypeError(f"Options.deterministic must be True, False or None, not {value!r}")
         object.__setattr__(self, name, value)
@@ -115,7 +134,12 @@ class Options:
                 out.deterministic = src.deterministic
             out.autotune._merge(src.autotune)
             out.threading._merge(src.threading)
+            out.experimental_optimization._merge(src.experimental_optimization)
         return out
+
+    def optimization_enabled(self, name: str) -> bool:
+        """Whether the graph rewrite ``name`` may run (on unless set False)."""
+        return getattr(self.experimental_optimization, name, None) is not False
 
     def threads(self, requested: int, autotune: bool) -> int:
         """The thread count for an op that asked for ``requested`` (AUTOTUNE when ``autotune``)."""
@@ -129,7 +153,8 @@ class Options:
 
     def __repr__(self) -> str:
         return (f"Options(deterministic={self.deterministic!r}, autotune={self.autotune!r}, "
-                f"threading={self.threading!r})")
+                f"threading={self.threading!r}, "
+                f"experimental_optimization={self.experimental_optimization!r})")
 
 
 DEFAULT = Options()
@@ -167,7 +192,7 @@ def options_of(ds) -> Options:
         inner = d.__dict__.get("input")
         if inner is not None:
             stack.append(inner)
-        for nested in d.__dict__.get("datasets") or ():
+        for nested in d.__dict__.get("datasets") or (d.__dict__.get("_components") or {}).values():
             stack.append(nested)
         selector = d.__dict__.get("selector")
         if selector is not None:
@@ -178,5 +203,5 @@ def options_of(ds) -> Options:
     return out
 
 
-__all__ = ["AUTOTUNE", "AutotuneOptions", "Options", "OptionsDataset", "ThreadingOptions",
+__all__ = ["AUTOTUNE", "AutotuneOptions", "OptimizationOptions", "Options", "OptionsDataset", "ThreadingOptions",
            "is_autotune", "options_of", "worker_count"]

@@ -45,6 +45,8 @@ _PART = re.compile(r"part-(?P<token>[0-9a-f]{1,32})-\d{5,}\.pkl")
 
 
 class CacheDataset(Dataset):
+    _keeps_state = True  # the filled cache stays on this node: graph rewrites never copy it
+
     def __init__(self, input_ds: Dataset, url: str | None = None):
         super().__init__()
         self.input = input_ds

@@ -175,9 +175,12 @@ class BatchDataset(Dataset):
         return out
 
     def cardinality(self):
+        return self.batches_of(self.input.cardinality())
+
+    def batches_of(self, c: int) -> int:
+        """How many batches this op makes of ``c`` input elements (INFINITE/UNKNOWN as they are)."""
         if self.num_batches is not None:
             return self.num_batches
-        c = self.input.cardinality()
         if c < 0:
             return c
         return c // self.batch_size if self.drop_remainder else -(-c // self.batch_size)
@@ -205,9 +208,13 @@ class _BatchIterator(BlockIterator):
         return Block(tree, [_as_batch_column(c) for c in leaves], 1)
 
     def next(self):
+        return self._complete(self.cursor.take(self.ds.batch_size))
+
+    def _complete(self, block: Block | None) -> Block | None:
+        """The batch made of ``block``: the next ``batch_size`` input elements (fewer at the end of
+        the input, None past it)."""
         B = self.ds.batch_size
         limit = self.ds.num_batches
-        block = self.cursor.take(B)
         if block is not None:
             block = stack_rows(block, self.produced * B, f"batch({B})")
             if limit is not None and self.produced >= limit:

@@ -64,13 +64,22 @@ class _Failed:
 
 
 class _Apply:
-    """The picklable callable an executor runs: ``(p, element) -> fn(element)``."""
+    """The picklable callable an executor runs: ``(p, element) -> fn(element)``.
 
-    def __init__(self, fn: Callable, skip_errors: bool = False):
+    ``defer`` (a fused ``map(fn).batch(n)``'s :class:`~tpudata.dataset.ops.map_batch.Deferral`):
+    while ``defer.on``, ``defer.call(fn, element)`` runs the call, returning ``(True, result)``
+    with placeholders for the batch to fill, or ``(False, None)``: call ``fn`` as usual."""
+
+    def __init__(self, fn: Callable, skip_errors: bool = False, defer=None):
         self.fn = fn
         self.skip_errors = skip_errors
+        self.defer = defer
 
     def __call__(self, item):
+        if self.defer is not None and self.defer.on:
+            done, out = self.defer.call(self.fn, item[1])
+            if done:
+                return out
         if not self.skip_errors:
             return call(self.fn, item[1])
         try:
@@ -157,9 +166,10 @@ class MapperIterator(BlockIterator):
 
 
 class _MapIterator(MapperIterator):
-    def __init__(self, ds: MapDataset, input_it: BlockIterator, ctx):
+    def __init__(self, ds: MapDataset, input_it: BlockIterator, ctx, defer=None):
         self.ds = ds
         self.ctx = ctx
+        self.defer = defer  # a fused map-and-batch's Deferral (see _Apply)
         self.input_it = input_it
         self.cursor = Cursor(input_it)
         self.checker = OutputChecker(ds.name, ds.output_signature)
@@ -200,14 +210,33 @@ class _MapIterator(MapperIterator):
             yield p, element
 
     def _results(self):
-        ds = self.ds
+        if self.defer is not None and self.defer.on:
+            return self._deferred_results()
+        return self._results_of(self._feed(), 0)
+
+    def _results_of(self, feed, first: int):
+        """``(position, fn(element))`` of the elements of ``feed`` (position ``first`` onwards)."""
+        apply = _Apply(self.ds.fn, self.skip_errors)
         if not self.workers:
-            apply = _Apply(ds.fn, self.skip_errors)
-            return ((pos, apply(item)) for pos, item in enumerate(self._feed()))
-        self.mapper = ThreadMapper(_Apply(ds.fn, self.skip_errors), self.workers,
-                                   deterministic=self.deterministic, stop=self.ctx.stop)
+            return ((first + pos, apply(item)) for pos, item in enumerate(feed))
+        self.mapper = ThreadMapper(apply, self.workers, deterministic=self.deterministic, stop=self.ctx.stop)
         self.ctx.on_stop(self.mapper.close)
-        return self.mapper.imap(self._feed())
+        results = self.mapper.imap(feed)
+        return results if not first else ((first + pos, out) for pos, out in results)
+
+    def _deferred_results(self):
+        """Fused with a batch: the calls (cheap: their work is left to the batch) run in this thread,
+        in order; once the function turns out to use what it gets (the Deferral goes off), the rest
+        runs as an unfused map, with its threads."""
+        apply = _Apply(self.ds.fn, self.skip_errors, self.defer)
+        feed = self._feed()
+        pos = 0
+        for item in feed:
+            yield pos, apply(item)
+            pos += 1
+            if not self.defer.on:
+                yield from self._results_of(feed, pos)
+                return
 
     def next(self):
         if self.results is None:

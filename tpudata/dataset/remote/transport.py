@@ -1,0 +1,249 @@
+"""Chunks between co-located workers and the consumer through shared memory.
+
+A worker on the consumer's machine (it sees the consumer's marker segment in ``/dev/shm``)
+writes a chunk's blocks into shared memory - pickle protocol 5, the numpy buffers whole beside
+the pickle - and returns only where they are, so the executor's transport moves a few hundred
+bytes instead of the arrays. The consumer's arrays are views of the segment (no copy).
+
+Segments are the consumer's **slots**, reused: fresh pages cost more than the copy itself (a
+page fault each), so the consumer hands each request a free slot (:meth:`Transport.take`), the
+worker keeps the slots it wrote mapped (``MAX_MAPPED``, least recently used dropped first), and
+a slot is free again once every array lent from it is gone. A chunk that does not fit its slot
+(or a request sent with none: every slot still lent) goes in a one-off segment that the consumer
+unlinks when it maps it; the slots grow to fit for the next requests. A slot whose request was
+dropped (a speculative copy, a restore) may still be written by a task running somewhere: it
+is never reused (:meth:`Transport.retire`). Workers elsewhere, or a ``/dev/shm`` too small,
+return the blocks themselves.
+
+Segment names start with ``tpd_x<consumer pid>_<iteration>_``: the consumer removes its own when
+it closes, and those of consumers that died when it starts.
+
+>>> import numpy as np
+>>> t = Transport(1 << 20)
+>>> slot = t.take()
+>>> payload = encode([np.arange(100_000)], t.marker, slot)
+>>> payload[0], int(t.decode(payload)[0].sum())
+('r', 4999950000)
+>>> t.close()
+"""
+
+from __future__ import annotations
+
+import collections
+import mmap
+import os
+import pickle
+import threading
+import uuid
+from multiprocessing import resource_tracker
+from multiprocessing.shared_memory import SharedMemory
+
+import numpy as np
+
+from tpudata.dataset.parallel.processes import shm as _shm
+from tpudata.dataset.parallel.processes.shm import _ALIGN, _OUT_OF_BAND_MIN, _create, _lend
+from tpudata.errors import SharedMemoryFullError
+
+__all__ = ["INLINE_BYTES", "MAX_MAPPED", "PREFIX", "Transport", "encode"]
+
+PREFIX = "tpd_x"
+MAX_MAPPED = 16  # slots a worker process keeps mapped
+_DIR = "/dev/shm"
+INLINE_BYTES = 64 << 10  # chunks smaller than this travel in the executor's own messages
+_LOCK = threading.Lock()
+_MAPPED: collections.OrderedDict = collections.OrderedDict()  # (worker side) name -> mmap
+
+
+def _aligned(n: int) -> int:
+    return -(-n // _ALIGN) * _ALIGN
+
+
+class Transport:
+    """The consumer's side: a marker co-located workers can see, the slots, and the sweeps."""
+
+    def __init__(self, slot_bytes: int, max_slots: int = 8):
+        self.prefix = f"{PREFIX}{os.getpid()}_{uuid.uuid4().hex[:8]}_"
+        self.marker = None
+        self.size = _aligned(int(slot_bytes * 1.25) + (1 << 20))
+        self.max_slots = max_slots
+        self._slots: dict = {}  # name -> (mmap, size)
+        self._free: collections.deque = collections.deque()  # appended from any thread (GC)
+        self._count = 0
+        if not os.path.isdir(_DIR):
+            return  # no /dev/shm to share (macOS): every chunk goes through the executor
+        _sweep_dead()
+        try:
+            SharedMemory(name=self.prefix + "m", create=True, size=1).close()
+        except OSError:
+            return
+        self.marker = self.prefix
+
+    def take(self) -> tuple | None:
+        """A free slot ``(name, size)`` for a request (None: write a one-off segment)."""
+        if self.marker is None:
+            return None
+        while self._free:
+            name = self._free.popleft()
+            if name in self._slots and self._slots[name][1] >= self.size:
+                return name, self._slots[name][1]
+            self._drop(name)  # too small for the chunks seen since: a bigger one instead
+        if len(self._slots) >= self.max_slots:
+            return None
+        self._count += 1
+        name = f"{self.prefix}s{self._count}"
+        try:
+            seg = _create(name, self.size)
+        except SharedMemoryFullError:
+            return None
+        try:
+            m = mmap.mmap(seg._fd, self.size)  # noqa: SLF001 - SharedMemory keeps no public fd
+        finally:
+            seg.close()
+        self._slots[name] = (m, self.size)
+        return name, self.size
+
+    def give_back(self, slot: tuple | None) -> None:
+        """A slot whose request finished without writing it (an error, a one-off segment)."""
+        if slot is not None and slot[0] in self._slots:
+            self._free.append(slot[0])
+
+    def retire(self, slot: tuple | None) -> None:
+        """A slot that a dropped request may still write: never lent again."""
+        if slot is not None:
+            self._drop(slot[0])
+
+    def decode(self, payload):
+        """The blocks of what :func:`encode` returned (views of shared memory: no copy)."""
+        if isinstance(payload, list):
+            return payload
+        if payload[0] == "r":
+            _, name, data_len, layout, size = payload
+            if size > self.size:
+                self.size = _aligned(int(size * 1.25))
+            m = self._slots[name][0]
+            data, buffers = _lend(m, data_len, layout, lambda: self._free.append(name))
+            return pickle.loads(data, buffers=buffers)
+        _, name, data_len, layout, need = payload
+        seg = SharedMemory(name=name)
+        try:
+            m = mmap.mmap(seg._fd, seg.size)  # noqa: SLF001
+        finally:
+            seg.close()
+            seg.unlink()  # the name goes now; the memory when the arrays do
+        if need > self.size:  # the next slots fit chunks like this one
+            self.size = _aligned(int(need * 1.25))
+        base = np.frombuffer(m, np.uint8)
+        return pickle.loads(base[:data_len].tobytes(),
+                            buffers=[base[start:start + n] for start, n in layout])
+
+    def _drop(self, name: str) -> None:
+        entry = self._slots.pop(name, None)
+        if entry is not None:
+            _shm.unlink(name)
+            try:
+                entry[0].close()
+            except BufferError:  # arrays lent from it still live: unmapped when they go
+                pass
+
+    def sweep(self) -> None:
+        """Remove the one-off segments of this consumer that nobody will read."""
+        if self.marker is not None:
+            _shm.sweep(self.prefix + "c")
+
+    def close(self) -> None:
+        if self.marker is not None:
+            for name in list(self._slots):
+                self._drop(name)
+            self.sweep()
+            _shm.unlink(self.prefix + "m")
+            self.marker = None
+
+
+def _sweep_dead() -> None:
+    """Remove the segments of consumers whose process is gone."""
+    try:
+        names = [n for n in os.listdir(_DIR) if n.startswith(PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(PREFIX):].split("_", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            _shm.unlink(name)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _mapped(name: str, size: int) -> mmap.mmap:
+    """(worker side) the consumer's slot ``name``, mapped once."""
+    with _LOCK:
+        m = _MAPPED.get(name)
+        if m is not None:
+            _MAPPED.move_to_end(name)
+            return m
+    seg = SharedMemory(name=name)
+    resource_tracker.unregister(seg._name, "shared_memory")  # noqa: SLF001 - the consumer's
+    try:
+        m = mmap.mmap(seg._fd, size)  # noqa: SLF001
+    finally:
+        seg.close()
+    with _LOCK:
+        _MAPPED[name] = m
+        old = [_MAPPED.popitem(last=False)[1] for _ in range(len(_MAPPED) - MAX_MAPPED)]
+    for o in old:
+        o.close()
+    return m
+
+
+def _write(m, data: bytes, layout: list, buffers: list) -> None:
+    m[:len(data)] = data
+    for (start, size), raw in zip(layout, buffers):
+        m[start:start + size] = raw
+
+
+def encode(blocks: list, marker: str | None, slot: tuple | None = None):
+    """``blocks`` in shared memory when the consumer is here (its ``marker`` segment exists):
+    in ``slot`` when they fit, else in a one-off segment; small ones, or where the consumer is
+    elsewhere, the blocks themselves."""
+    if marker is None or not os.path.exists(os.path.join(_DIR, marker + "m")):
+        return blocks
+    buffers: list = []
+
+    def out_of_band(buffer: pickle.PickleBuffer) -> bool:
+        raw = buffer.raw()
+        if raw.nbytes < _OUT_OF_BAND_MIN:
+            return True  # small: inside the pickle
+        buffers.append(raw)
+        return False
+
+    data = pickle.dumps(blocks, protocol=5, buffer_callback=out_of_band)
+    layout, end = [], _aligned(len(data))
+    for raw in buffers:
+        layout.append((end, raw.nbytes))
+        end = _aligned(end + raw.nbytes)
+    if end < INLINE_BYTES:
+        return blocks  # a few pages: the executor's message is cheaper than a segment
+    if slot is not None and end <= slot[1]:
+        try:
+            _write(_mapped(*slot), data, layout, buffers)
+            return ("r", slot[0], len(data), layout, end)
+        except FileNotFoundError:  # retired meanwhile: nobody would read it
+            pass
+    name = f"{marker}c{uuid.uuid4().hex[:12]}"
+    try:
+        seg = _create(name, end)
+    except SharedMemoryFullError:
+        return blocks  # /dev/shm is too small for this chunk: the executor moves it
+    resource_tracker.unregister(seg._name, "shared_memory")  # noqa: SLF001 - the consumer's
+    try:
+        _write(seg.buf, data, layout, buffers)
+    finally:
+        seg.close()
+    return ("s", name, len(data), layout, end)
