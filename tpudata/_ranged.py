@@ -193,6 +193,8 @@ class RangePool:
     def __init__(self, connections: int = CONNECTIONS, max_bytes: int = MAX_BYTES):
         if connections < 1:
             raise ValueError(f"connections must be at least 1, not {connections}")
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be positive, not {max_bytes}")
         self.connections = int(connections)
         self.max_bytes = int(max_bytes)
         self.lock = threading.Lock()
@@ -455,7 +457,8 @@ def configure(connections: int | None = None, max_bytes: int | None = None) -> R
     global _pool, _pool_pid
     old = get_pool()
     with _pool_lock:
-        _pool = RangePool(connections or old.connections, max_bytes or old.max_bytes)
+        _pool = RangePool(old.connections if connections is None else connections,
+                          old.max_bytes if max_bytes is None else max_bytes)
         _pool_pid = os.getpid()
     return _pool
 

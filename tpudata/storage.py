@@ -225,10 +225,6 @@ def configure_gcs_reads(connections: int | None = None, max_bytes: int | None = 
     """
     from tpudata import _ranged
 
-    if connections is not None and connections < 1:
-        raise ValueError(f"connections must be at least 1, not {connections}")
-    if max_bytes is not None and max_bytes < 1:
-        raise ValueError(f"max_bytes must be positive, not {max_bytes}")
     return _ranged.configure(connections, max_bytes).stats()
 
 

@@ -196,3 +196,11 @@ def test_a_forked_child_gets_a_pool_of_its_own(monkeypatch):
     monkeypatch.setattr(_ranged, "_pool_pid", os.getpid() + 1)  # as a child sees its parent's
     second = _ranged.get_pool()
     assert second is not first and _ranged.get_pool() is second
+
+
+def test_pool_sizes_below_one_are_refused_and_leave_the_pool_as_it_was():
+    before = _ranged.get_pool()
+    for kw in ({"connections": 0}, {"max_bytes": 0}):
+        with pytest.raises(ValueError):
+            storage.configure_gcs_reads(**kw)
+        assert _ranged.get_pool() is before
