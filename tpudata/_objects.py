@@ -163,7 +163,7 @@ class PinnedObject(io.RawIOBase):
             info = self._ask()
         self.size = info.size
         self.generation = info.generation
-        self.sequential = self.reads_ahead = sequential
+        self.sequential = sequential
         self.chunk_bytes = chunk_bytes
         self._stream = None
         # plain HTTP GETs unless the filesystem brings its own session settings (a proxy)

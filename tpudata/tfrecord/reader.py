@@ -256,7 +256,7 @@ class TFRecordFileReader:
         if compression is None:
             # detect from the first bytes read anyway: a header's worth where reading on costs
             # no round trip (a local file, a gs:// object read ahead), else a whole buffer
-            small = storage.is_local(self.url) or getattr(raw.f, "reads_ahead", False)
+            small = storage.is_local(self.url) or getattr(raw.f, "sequential", False)
             head = bytearray(framing.HEADER_SIZE if small else self.buffer_size)
             head = bytes(head[:fill(raw.readinto, head)])
             compression = detect_compression(head)
