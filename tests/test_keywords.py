@@ -8,20 +8,16 @@ import inspect
 
 import pytest
 
+import tpudata
+from tests.lockedfs import locked  # noqa: F401 (a fixture)
 from tpudata._keywords import storage_options_dict, strict_keywords
 
 PUBLIC_MODULES = ["tpudata", "tpudata.dataset", "tpudata.distribute", "tpudata.convert",
                   "tpudata.tfrecord", "tpudata.shards", "tpudata.source", "tpudata.example",
-                  "tpudata.image", "tpudata.jax", "tpudata.torch"]
+                  "tpudata.image", "tpudata.jax", "tpudata.torch", "tpudata.dataset.io.spill"]
 
 # Public callables that still take loose keywords, each with its reason; shrink this, never grow it.
-PENDING = {
-    "tpudata.shards.manifest.read_manifest": "tpudata/shards passes its options loose inside",
-    "tpudata.shards.manifest.verify_manifest": "as read_manifest",
-    "tpudata.shards.manifest.write_manifest": "as read_manifest",
-    "tpudata.shards.writing.write_shard": "as read_manifest",
-    "tpudata.tfrecord.ranges.RangeReader.__init__": "tfrecord/index.py builds it with loose options",
-}
+PENDING: dict[str, str] = {}
 FORWARDING = {  # the keywords go to another callable, by design
     "tpudata.shards.executors.InlineExecutor.submit": "Executor.submit(fn, *args, **kwargs)",
 }
@@ -76,3 +72,49 @@ def test_strict_keywords_names_the_closest_and_points_loose_options_to_storage_o
     with pytest.raises(TypeError, match=r"read\(\): storage_options must be a dict"):
         read("x", storage_options="anon")
     assert inspect.signature(read).parameters.keys() == {"url", "verify", "storage_options"}
+
+
+def test_shards_range_reader_and_spill_helpers_take_one_storage_options_dict(locked):
+    """Each reaches fsspec with its ``storage_options`` (``locked://`` opens only with them) and
+    refuses them loose, naming the keyword and where fsspec options go."""
+    from tpudata.dataset.io.spill import PREFIX, prune_spilled, remove_spilled
+    from tpudata.shards import Manifest, read_manifest, verify_manifest, write_manifest, write_shard
+    from tpudata.tfrecord import RangeReader
+    from tests.lockedfs import OPTIONS, PASSWORD
+
+    info = write_shard("locked://b/s-00000-of-00001", [b"ab", b"cde"], storage_options=OPTIONS)
+    assert info.records == 2
+    url = "locked://b/s.manifest.json"
+    write_manifest(url, Manifest("s", [info]), storage_options=OPTIONS)
+    assert read_manifest(url, storage_options=OPTIONS).num_records == 2
+    assert verify_manifest(url, storage_options=OPTIONS) == []
+    reader = RangeReader(storage_options=OPTIONS)
+    assert bytes(reader.read("locked://b/s-00000-of-00001", 12, 14)) == b"ab"
+    reader.close()
+    with pytest.raises(PermissionError, match="needs storage_options"):
+        read_manifest(url)  # the options are what opens it
+
+    loose = [(write_shard, ("locked://b/t-00000-of-00001", [b"x"])), (read_manifest, (url,)),
+             (verify_manifest, (url,)), (write_manifest, (url, Manifest("s", [info]))),
+             (RangeReader, ()), (remove_spilled, ({}, "locked://b/spill")),
+             (prune_spilled, ("locked://b/spill",))]
+    for fn, args in loose:
+        name = fn.__qualname__
+        with pytest.raises(TypeError, match=rf"{name}\(\) got an unexpected keyword argument "
+                                            r"'password'.*storage_options=\{"):
+            fn(*args, password=PASSWORD)
+        with pytest.raises(TypeError, match=rf"{name}\(\): storage_options must be a dict"):
+            fn(*args, storage_options="anon")
+    with pytest.raises(TypeError, match=r"'compresion'; did you mean 'compression'"):
+        write_shard("locked://b/t-00000-of-00001", [b"x"], compresion="GZIP")
+
+    spill = "locked://b/spill"
+    tpudata.storage.makedirs(spill, **OPTIONS)
+    with tpudata.storage.open_atomic(f"{spill}/{PREFIX}00ff.pkl", **OPTIONS) as f:
+        f.write(b"x")
+    state = {"spilled": f"{PREFIX}00ff.pkl"}
+    assert remove_spilled(state, spill, storage_options=OPTIONS) == [f"{spill}/{PREFIX}00ff.pkl"]
+    with tpudata.storage.open_atomic(f"{spill}/{PREFIX}0aaa.pkl", **OPTIONS) as f:
+        f.write(b"x")
+    assert [u.rsplit("/", 1)[-1] for u in prune_spilled(spill, storage_options=OPTIONS)] == \
+        [f"{PREFIX}0aaa.pkl"]

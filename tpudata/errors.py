@@ -13,6 +13,8 @@ the builtin that fits (``ValueError`` for bad arguments or specs, ``OSError`` fo
 
 from __future__ import annotations
 
+import pickle
+
 
 class TpuDataError(Exception):
     """Base class of every tpudata error."""
@@ -252,8 +254,10 @@ class DataLoaderConfigError(TpuDataError, TypeError):
     ``batch_size`` for a dataset that yields whole batches); the message says what to pass."""
 
 
-class NotPicklableError(TpuDataError, TypeError):
-    """An object (a user function, an element) that must be pickled to reach a worker process."""
+class NotPicklableError(TpuDataError, TypeError, pickle.PicklingError):
+    """An object (a user function, an element) that must be pickled to reach a worker process.
+    The message names the user's function (module and qualname, never an engine wrapper) and
+    what to do; also a ``pickle.PicklingError``, so code catching that keeps working."""
 
 
 class SharedMemoryFullError(TpuDataError, MemoryError):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tpudata.dataset import Dataset, TFRecordDataset
+from tpudata.errors import NotPicklableError
 from tests.dataset.helpers import SPEC, outputs, plain, tpudata_threads, write_shards
 
 
@@ -65,8 +66,11 @@ def test_a_running_iterator_does_not_pickle_but_its_dataset_does():
 
 def test_lambda_gives_a_clear_error_without_cloudpickle(monkeypatch):
     monkeypatch.setitem(sys.modules, "cloudpickle", None)  # as if not installed
-    with pytest.raises(pickle.PicklingError, match="define it with def at module level"):
+    name = r"test_lifecycle\.test_lambda_gives_a_clear_error_without_cloudpickle\.<locals>\.<lambda> "
+    with pytest.raises(pickle.PicklingError,
+                       match=name + r".*define it with `def` at the top level of a module") as info:
         pickle.dumps(Dataset.range(3).map(lambda x: x + 1))
+    assert isinstance(info.value, NotPicklableError)
 
 
 def test_lambda_travels_with_cloudpickle():

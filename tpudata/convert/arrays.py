@@ -216,7 +216,8 @@ def load_arrays(output: str, prefix: str = "train",
     """Read shards written by :func:`convert_npz` / :func:`convert_arrays` back into arrays
     (``storage_options``, a dict, goes to fsspec)."""
     storage_options = storage_options_dict("load_arrays", storage_options)
-    manifest = read_manifest(storage.join(output, manifest_name(prefix)), **storage_options)
+    manifest = read_manifest(storage.join(output, manifest_name(prefix)),
+                             storage_options=storage_options)
     spec = manifest.features()
     records = []
     for url in manifest.files(output):

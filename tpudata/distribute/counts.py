@@ -87,7 +87,7 @@ def file_record_counts(files: str | Iterable[str], progress: bool = True,
 
     storage_options = storage_options_dict("file_record_counts", storage_options)
     names = storage.expand(files, **storage_options) if isinstance(files, str) else list(files)
-    counts = record_counts(names, **storage_options)
+    counts = record_counts(names, storage_options=storage_options)
     if counts is not None:
         return counts
     logger.info("no manifest covers %d file(s): counting their records by a scan", len(names))

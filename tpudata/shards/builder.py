@@ -20,8 +20,9 @@ from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from typing import Any, Callable, Mapping, Sequence
 
 from tpudata import storage
+from tpudata._pickling import picklable_function
 from tpudata.shards import journal as journal_mod
-from tpudata.shards.executors import make_executor
+from tpudata.shards.executors import make_executor, sends_to_processes
 from tpudata.shards.manifest import Manifest, ShardInfo, schema_from_spec
 from tpudata.shards.planning import (
     DEFAULT_TARGET_SHARD_BYTES,
@@ -89,7 +90,9 @@ def build_shards(
 
     Args:
       items: a sequence of picklable items; shard ``i`` gets a contiguous slice, in order.
-      encoder: picklable callable turning one item into a serialized record (e.g. an Example).
+      encoder: callable turning one item into a serialized record (e.g. an Example); with more
+        than one worker process it must pickle (a module-level function, or with cloudpickle
+        installed a lambda or nested function), else NotPicklableError names it up front.
         Its ``fingerprint`` attribute, if any, names its configuration for resuming.
       num_shards: fixed shard count (balanced contiguous slices), or else
       target_shard_bytes: plan ``ceil(total / target)`` shards (default 100 MB) from
@@ -131,8 +134,10 @@ def build_shards(
     comp = normalize_compression(compression) or None
     encoder_description = describe_callable(encoder)
     template = Manifest(prefix, [], comp, normalize_schema(schema), dict(metadata or {}))
+    if sends_to_processes(executor, workers, count):  # refused now, naming it, not in a worker
+        encoder = picklable_function(encoder, "build_shards()", main_by_value=True)  # spawned
 
-    previous = journal_mod.previous_shards(output, prefix, **so) if resume else {}
+    previous = journal_mod.previous_shards(output, prefix, so) if resume else {}
     tasks = []
     carried = {}
     for index, (start, stop) in enumerate(plan):
@@ -149,7 +154,7 @@ def build_shards(
         logger.info("%s: %d of %d shard(s) were finished by a previous run; checking them",
                     prefix, len(carried), count)
 
-    journal = journal_mod.begin(output, template, carried, _journal_interval(output), **so)
+    journal = journal_mod.begin(output, template, carried, _journal_interval(output), so)
     own_executor = executor is None
     if own_executor:
         executor, default_in_flight = make_executor(workers, count)
@@ -178,7 +183,7 @@ def build_shards(
         raise error
     manifest = Manifest(prefix, [results[i] for i in range(count)], comp, template.schema,
                         template.metadata)
-    url = journal_mod.finish(output, manifest, journal, **so)
+    url = journal_mod.finish(output, manifest, journal, so)
     return progress_.result(manifest, url)
 
 

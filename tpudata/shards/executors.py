@@ -131,6 +131,23 @@ def check_main_guard() -> None:
             raise _guard_error(where)
 
 
+def pool_size(workers: int | None, tasks: int) -> int:
+    """The processes :func:`make_executor` uses for ``workers`` and ``tasks`` (1: in-process)."""
+    workers = default_workers() if workers is None else int(workers)
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, not {workers}")
+    return min(workers, max(tasks, 1))
+
+
+def sends_to_processes(executor: Executor | None, workers: int | None, tasks: int) -> bool:
+    """Whether a build's tasks (and so its encoder) are pickled for other processes: our own
+    pool of more than one worker, or a ``ProcessPoolExecutor`` passed in. (Other executors
+    pickle, or not, their own way: dask and Ray with cloudpickle, threads not at all.)"""
+    if executor is None:
+        return pool_size(workers, tasks) > 1
+    return isinstance(executor, ProcessPoolExecutor)
+
+
 def make_executor(workers: int | None, tasks: int) -> tuple[Executor, int]:
     """``(executor, max tasks in flight)`` for ``workers`` processes (default: one per core).
 
@@ -138,10 +155,7 @@ def make_executor(workers: int | None, tasks: int) -> tuple[Executor, int]:
     (no fork of a process that may hold gcsfs's event-loop thread or a progress-bar thread)
     whose workers exit when this process dies, however it dies (:func:`die_with_parent`).
     """
-    workers = default_workers() if workers is None else int(workers)
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, not {workers}")
-    workers = min(workers, max(tasks, 1))
+    workers = pool_size(workers, tasks)
     if workers == 1:
         return InlineExecutor(), 1
     check_main_guard()
@@ -152,4 +166,4 @@ def make_executor(workers: int | None, tasks: int) -> tuple[Executor, int]:
 
 
 __all__ = ["InlineExecutor", "check_main_guard", "default_workers", "die_with_parent",
-           "make_executor"]
+           "make_executor", "pool_size", "sends_to_processes"]

@@ -24,6 +24,7 @@ from typing import Any, Mapping
 import numpy as np  # noqa: F401  (used by the doctests)
 
 from tpudata import storage
+from tpudata._keywords import storage_options_dict, strict_keywords
 from tpudata.example.spec import BYTES, FLOAT32, INT64, FixedLenFeature, VarLenFeature
 from tpudata.tfrecord.framing import crc32c
 
@@ -127,25 +128,29 @@ class Manifest:
         return json.dumps(self.to_json(), indent=1) + "\n"
 
 
-def write_manifest(url: str, manifest: Manifest, **storage_options) -> None:
-    """Write ``manifest`` as JSON to ``url``, atomically."""
-    with storage.open_atomic(url, **storage_options) as f:
+@strict_keywords
+def write_manifest(url: str, manifest: Manifest, *, storage_options: Mapping | None = None) -> None:
+    """Write ``manifest`` as JSON to ``url``, atomically (``storage_options``: fsspec's)."""
+    so = storage_options_dict("write_manifest", storage_options)
+    with storage.open_atomic(url, **so) as f:
         f.write(manifest.dumps().encode("utf-8"))
 
 
-def read_manifest(url: str, **storage_options) -> Manifest:
-    """Read a manifest file (``.../train.manifest.json``)."""
+@strict_keywords
+def read_manifest(url: str, *, storage_options: Mapping | None = None) -> Manifest:
+    """Read a manifest file (``.../train.manifest.json``; ``storage_options``: fsspec's)."""
+    so = storage_options_dict("read_manifest", storage_options)
     try:
-        data = json.loads(storage.read_bytes(url, **storage_options).decode("utf-8"))
+        data = json.loads(storage.read_bytes(url, **so).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{url}: not a JSON manifest ({exc})") from None
     return Manifest.from_json(data)
 
 
-def try_read_manifest(url: str, **storage_options) -> Manifest | None:
+def try_read_manifest(url: str, storage_options: Mapping | None = None) -> Manifest | None:
     """:func:`read_manifest`, or ``None`` (with a warning if it is damaged) when unusable."""
     try:  # read, not "exists?" then read: one request either way
-        return read_manifest(url, **storage_options)
+        return read_manifest(url, storage_options=storage_options)
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, TypeError) as exc:
@@ -156,12 +161,14 @@ def try_read_manifest(url: str, **storage_options) -> Manifest | None:
 _SHARD_RE = re.compile(r"^(?P<prefix>.+)-\d{5,}-of-\d{5,}$")
 
 
-def record_counts(files: list[str], check_sizes: bool = True, **storage_options) -> list[int] | None:
+def record_counts(files: list[str], check_sizes: bool = True,
+                  storage_options: Mapping | None = None) -> list[int] | None:
     """Exact record counts of shard files from the manifests next to them, without scanning.
 
     Each file must be named ``{prefix}-NNNNN-of-NNNNN`` and listed in ``{prefix}.manifest.json``
     in its directory, with the file's current size (``check_sizes``); otherwise None.
     """
+    so = dict(storage_options or {})
     manifests: dict[str, dict | None] = {}
     counts = []
     for url in files:
@@ -173,23 +180,25 @@ def record_counts(files: list[str], check_sizes: bool = True, **storage_options)
         key = storage.join(directory, manifest_name(m.group("prefix"))) if directory else \
             manifest_name(m.group("prefix"))
         if key not in manifests:
-            manifest = try_read_manifest(key, **storage_options)
+            manifest = try_read_manifest(key, so)
             manifests[key] = None if manifest is None else {s.name: s for s in manifest.shards}
         shards = manifests[key]
         info = None if shards is None else shards.get(name)
         if info is None:
             return None
-        if check_sizes and storage.stat(url, **storage_options).size != info.bytes:
+        if check_sizes and storage.stat(url, **so).size != info.bytes:
             logger.warning("%s does not match its manifest %s (size); counting needs a scan", url, key)
             return None
         counts.append(info.records)
     return counts
 
 
-def file_crc32c(url: str, use_metadata: bool = True, **storage_options) -> tuple[int, int]:
+def file_crc32c(url: str, use_metadata: bool = True,
+                storage_options: Mapping | None = None) -> tuple[int, int]:
     """``(size, crc32c)`` of a file's bytes; object stores that keep a CRC32C are asked for it."""
+    so = dict(storage_options or {})
     if use_metadata and not storage.is_local(url):
-        fs, path = storage.url_to_fs(url, **storage_options)
+        fs, path = storage.url_to_fs(url, **so)
         info = fs.info(path)
         stored = info.get("crc32c")
         if isinstance(stored, str) and stored:
@@ -201,7 +210,7 @@ def file_crc32c(url: str, use_metadata: bool = True, **storage_options) -> tuple
                 pass
     crc = 0
     n = 0
-    with storage.open_read(url, _READ_BLOCK, True, **storage_options) as f:
+    with storage.open_read(url, _READ_BLOCK, True, **so) as f:
         while True:
             block = f.read(_READ_BLOCK)
             if not block:
@@ -211,15 +220,18 @@ def file_crc32c(url: str, use_metadata: bool = True, **storage_options) -> tuple
     return n, crc
 
 
-def verify_manifest(url: str, **storage_options) -> list[str]:
-    """Recompute every shard's size and CRC32C; returns a list of problems (empty when all good)."""
-    manifest = read_manifest(url, **storage_options)
+@strict_keywords
+def verify_manifest(url: str, *, storage_options: Mapping | None = None) -> list[str]:
+    """Recompute every shard's size and CRC32C; returns a list of problems (empty when all good).
+    ``storage_options``: fsspec's."""
+    so = storage_options_dict("verify_manifest", storage_options)
+    manifest = read_manifest(url, storage_options=so)
     base = url.rsplit("/", 1)[0] if "/" in url else "."
     problems = []
     for shard in manifest.shards:
         path = storage.join(base, shard.name)
         try:
-            n, crc = file_crc32c(path, use_metadata=False, **storage_options)
+            n, crc = file_crc32c(path, use_metadata=False, storage_options=so)
         except FileNotFoundError:
             problems.append(f"{path}: missing")
             continue

@@ -117,10 +117,10 @@ def _write_planned(it: Iterator, total: int, plan, output: str, template: Manife
                    resume: bool, progress: bool | None, so: dict) -> BuildResult:
     prefix = template.prefix
     count = len(plan)
-    previous = journal_mod.previous_shards(output, prefix, **so) if resume else {}
+    previous = journal_mod.previous_shards(output, prefix, so) if resume else {}
     names = [shard_name(prefix, i, count) for i in range(count)]
     carried = {name: previous[name] for name in names if name in previous}
-    journal = journal_mod.begin(output, template, carried, 0.0, **so)
+    journal = journal_mod.begin(output, template, carried, 0.0, so)
     bar = Progress(prefix, total, count, progress)
     infos: list[ShardInfo] = []
     try:
@@ -129,11 +129,12 @@ def _write_planned(it: Iterator, total: int, plan, output: str, template: Manife
             records = _take(it, stop - start, total, start)
             prev = carried.get(name)
             if prev is not None and prev.records == stop - start and existing_shard_is_valid(
-                url, prev, True, **so
+                url, prev, True, so
             ):
                 info, skipped = _compare_or_write(url, records, prev, template.compression, so)
             else:
-                info, skipped = write_shard(url, records, template.compression, **so), False
+                info = write_shard(url, records, template.compression, storage_options=so)
+                skipped = False
             infos.append(info)
             journal.record(info)
             bar.shard_done(info, skipped)
@@ -144,7 +145,7 @@ def _write_planned(it: Iterator, total: int, plan, output: str, template: Manife
         journal_mod.abandon(output, prefix, journal)
         raise
     manifest = Manifest(prefix, infos, template.compression, template.schema, template.metadata)
-    url = journal_mod.finish(output, manifest, journal, **so)
+    url = journal_mod.finish(output, manifest, journal, so)
     return bar.result(manifest, url)
 
 
@@ -156,7 +157,7 @@ def _compare_or_write(url: str, records: Iterator, prev: ShardInfo, compression,
     info = ShardInfo(prev.name, n, sink.bytes, sink.crc, None)
     if (n, sink.bytes, sink.crc) == (prev.records, prev.bytes, prev.crc32c):
         return prev, True
-    return write_shard_bytes(url, buf.getvalue(), info, **so), False
+    return write_shard_bytes(url, buf.getvalue(), info, so), False
 
 
 def _write_rolling(it: Iterator, target: int, output: str, template: Manifest,
@@ -164,7 +165,7 @@ def _write_rolling(it: Iterator, target: int, output: str, template: Manifest,
     """Cut an unsized stream into shards of at most ``target`` bytes (a bigger record gets a shard
     of its own); name them ``-of-N`` when the stream ends."""
     prefix = template.prefix
-    journal_mod.begin(output, template, {}, 0.0, **so).remove()
+    journal_mod.begin(output, template, {}, 0.0, so).remove()
     bar = Progress(prefix, None, None, progress)
     written: list[tuple[str, ShardInfo]] = []
     pending = next(it, None)
@@ -184,7 +185,7 @@ def _write_rolling(it: Iterator, target: int, output: str, template: Manifest,
                     state["next"] = next(it, None)
 
             temp = storage.join(output, f".{prefix}-{len(written):05d}{storage.TEMP_MARKER}rolling")
-            info = write_shard(temp, shard_records(), template.compression, **so)
+            info = write_shard(temp, shard_records(), template.compression, storage_options=so)
             written.append((temp, info))
             bar.shard_done(info, False)
             pending = state["next"]
@@ -198,10 +199,10 @@ def _write_rolling(it: Iterator, target: int, output: str, template: Manifest,
         bar.close()
         for temp, _ in written:
             storage.remove(temp, **so)
-        journal_mod.abandon(output, prefix, None, **so)
+        journal_mod.abandon(output, prefix, None, so)
         raise
     manifest = Manifest(prefix, infos, template.compression, template.schema, template.metadata)
-    url = journal_mod.finish(output, manifest, None, **so)
+    url = journal_mod.finish(output, manifest, None, so)
     return bar.result(manifest, url)
 
 

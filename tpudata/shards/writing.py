@@ -19,9 +19,10 @@ import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from tpudata import storage
+from tpudata._keywords import storage_options_dict, strict_keywords
 from tpudata.shards.manifest import ShardInfo, file_crc32c
 from tpudata.tfrecord.framing import crc32c, frame
 from tpudata.tfrecord.writer import TFRecordWriter
@@ -87,18 +88,22 @@ def write_records_to(sink, records: Iterable, compression: str | None = None) ->
     return n
 
 
+@strict_keywords
 def write_shard(
     url: str,
     records: Iterable,
     compression: str | None = None,
     fingerprint: str | None = None,
-    **storage_options,
+    *,
+    storage_options: Mapping | None = None,
 ) -> ShardInfo:
-    """Write ``records`` to ``url`` as one TFRecord file that appears only when complete.
+    """Write ``records`` to ``url`` as one TFRecord file that appears only when complete
+    (``storage_options``: fsspec's).
 
     An exception while writing (or while producing ``records``) leaves nothing under ``url``.
     """
-    return _write_unpublished(url, records, compression, fingerprint, **storage_options).publish()
+    so = storage_options_dict("write_shard", storage_options)
+    return _write_unpublished(url, records, compression, fingerprint, so).publish()
 
 
 @dataclass
@@ -120,8 +125,8 @@ class _Unpublished:
 
 
 def _write_unpublished(url: str, records: Iterable, compression: str | None,
-                       fingerprint: str | None, **storage_options) -> _Unpublished:
-    atomic = storage.open_atomic(url, **storage_options)
+                       fingerprint: str | None, storage_options: Mapping | None = None) -> _Unpublished:
+    atomic = storage.open_atomic(url, **(storage_options or {}))
     sink = ChecksumSink(atomic)
     try:
         n = write_records_to(sink, records, compression)
@@ -132,31 +137,34 @@ def _write_unpublished(url: str, records: Iterable, compression: str | None,
     return _Unpublished(atomic, sink, info)
 
 
-def write_shard_bytes(url: str, data: bytes, info: ShardInfo, **storage_options) -> ShardInfo:
+def write_shard_bytes(url: str, data: bytes, info: ShardInfo,
+                      storage_options: Mapping | None = None) -> ShardInfo:
     """Publish already-built shard ``data`` (whose :class:`ShardInfo` is known) at ``url``."""
-    with storage.open_atomic(url, **storage_options) as f:
+    with storage.open_atomic(url, **(storage_options or {})) as f:
         f.write(data)
     return info
 
 
-def existing_shard_is_valid(url: str, expected: ShardInfo, verify: bool = True, **storage_options) -> bool:
+def existing_shard_is_valid(url: str, expected: ShardInfo, verify: bool = True,
+                            storage_options: Mapping | None = None) -> bool:
     """Whether ``url`` holds exactly the shard ``expected`` describes (size, and CRC32C if asked).
 
     Object stores are asked afresh (no cached listing) and their stored CRC32C is used when they
     keep one; local files are re-read.
     """
+    so = dict(storage_options or {})
     try:
         if storage.is_local(url):
             size = os.path.getsize(storage.local_path(url))
         else:
-            fs, path = storage.url_to_fs(url, **storage_options)
+            fs, path = storage.url_to_fs(url, **so)
             fs.invalidate_cache(path)
             size = int(fs.info(path)["size"])
         if size != expected.bytes:
             logger.info("%s: %d bytes, not %d as recorded; rebuilding", url, size, expected.bytes)
             return False
         if verify:
-            size, crc = file_crc32c(url, **storage_options)
+            size, crc = file_crc32c(url, storage_options=so)
             if size != expected.bytes or crc != expected.crc32c:
                 logger.warning("%s: CRC32C %08x differs from the recorded %08x; rebuilding",
                                url, crc, expected.crc32c)
@@ -211,13 +219,13 @@ class ShardResult:
 def _kept(task: ShardTask) -> bool:
     """Whether a previous run's copy of the shard is still valid (then it is not rebuilt)."""
     return task.expected is not None and existing_shard_is_valid(
-        task.url, task.expected, task.verify_existing, **task.storage_options)
+        task.url, task.expected, task.verify_existing, task.storage_options)
 
 
 def _write_task(task: ShardTask) -> _Unpublished:
     records = _encode_items(task.items, task.encoder, task.name)
     written = _write_unpublished(task.url, records, task.compression, task.fingerprint,
-                                 **task.storage_options)
+                                 task.storage_options)
     if written.info.records != len(task.items):  # pragma: no cover - one record per item
         written.atomic.abort()
         raise RuntimeError(f"{task.url}: wrote {written.info.records} records for "
@@ -274,13 +282,14 @@ def run_shard_lane(tasks: Sequence[ShardTask]) -> list[ShardResult]:
     return results
 
 
-def cleanup_shard_temporaries(output: str, prefix: str, **storage_options) -> list[str]:
+def cleanup_shard_temporaries(output: str, prefix: str,
+                              storage_options: Mapping | None = None) -> list[str]:
     """Remove leftovers of interrupted writes of ``prefix``'s shards, manifest and journal in
     ``output`` (only names of this prefix: other builds in the same directory keep theirs):
     local temporary files, and on ``gs://`` the part objects of uploads a killed run left (an
     unfinished upload never appears under a final name)."""
     names = (f"{prefix}-", f"{prefix}.manifest", f".{prefix}.manifest")
-    return storage.cleanup_temporaries(output, names, **storage_options)
+    return storage.cleanup_temporaries(output, names, **(storage_options or {}))
 
 
 __all__ = [

@@ -53,7 +53,7 @@ REMOTE_MAX_GAP = 256 << 10  # a request costs a round trip: read (and CRC-check)
 
 def _manifest_counts(files: list[str], storage_options) -> list[int] | None:
     try:
-        return record_counts(files, **storage_options)
+        return record_counts(files, storage_options=storage_options)
     except (OSError, ValueError) as exc:  # pragma: no cover - unreadable manifest: scan instead
         logger.warning("cannot use the manifest for %s...: %s", files[0], exc)
         return None
@@ -105,7 +105,7 @@ class TFRecordSource:
         self._given = list(index) if index is not None else [None] * len(self.files)
         self._indexes: list[np.ndarray | None] = [None] * len(self.files)
         self._lock = threading.Lock()
-        self._reader = RangeReader(**storage_options)
+        self._reader = RangeReader(storage_options=storage_options)
         counts = None if index is not None else _manifest_counts(self.files, storage_options)
         if counts is None:
             self._load_indexes(range(len(self.files)))

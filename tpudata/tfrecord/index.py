@@ -214,7 +214,7 @@ class IndexedTFRecordFile:
             index = np.asarray(index, dtype=np.int64).reshape(-1, 2)
             check_index(index, url, None, self.storage_options)
         self.index = np.asarray(index, dtype=np.int64).reshape(-1, 2)
-        self._reader = RangeReader(**self.storage_options)
+        self._reader = RangeReader(storage_options=self.storage_options)
 
     def __len__(self) -> int:
         return len(self.index)

@@ -16,8 +16,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from typing import Mapping
 
 from tpudata import storage
+from tpudata._keywords import storage_options_dict, strict_keywords
 from tpudata.errors import TruncatedRecordError
 
 logger = logging.getLogger(__name__)
@@ -30,8 +32,9 @@ class RangeReader:
     :class:`~tpudata.errors.TruncatedRecordError` naming the file and offset.
     """
 
-    def __init__(self, **storage_options):
-        self.storage_options = storage_options
+    @strict_keywords
+    def __init__(self, *, storage_options: Mapping | None = None):
+        self.storage_options = storage_options_dict("RangeReader", storage_options)
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._fds: dict[str, int] = {}

@@ -7,7 +7,6 @@ own module and is imported lazily by the method that builds it.
 from __future__ import annotations
 
 import logging
-import pickle
 import re
 import threading
 from typing import Callable
@@ -15,6 +14,7 @@ from typing import Callable
 import numpy as np
 
 from tpudata._keywords import strict_keywords
+from tpudata._pickling import picklable_function
 from tpudata.dataset.core import registry
 from tpudata.dataset.core.iterator import BlockIterator, Cursor, IterContext, Iterator
 from tpudata.dataset.core.state import from_jsonable, jsonable
@@ -24,32 +24,6 @@ logger = logging.getLogger(__name__)
 INFINITE = -1
 UNKNOWN = -2
 _NOTHING = object()
-
-
-def picklable_function(fn: Callable, what: str):
-    """``fn`` ready for pickling: itself, or cloudpickle's bytes for a lambda / local function."""
-    try:
-        pickle.dumps(fn)
-        return fn
-    except Exception as exc:  # lambdas, closures, local functions
-        try:
-            import cloudpickle
-        except ImportError:
-            raise pickle.PicklingError(
-                f"{what} {getattr(fn, '__qualname__', fn)!r} cannot be pickled ({exc}); a Dataset "
-                "sent to a worker process needs module-level functions: define it with def at "
-                "module level (or install cloudpickle, which tpudata then uses)") from None
-        return _CloudPickled(cloudpickle.dumps(fn))
-
-
-class _CloudPickled:
-    """A function carried as cloudpickle bytes; unpickles back into the function."""
-
-    def __init__(self, payload: bytes):
-        self.payload = payload
-
-    def __reduce__(self):
-        return (pickle.loads, (self.payload,))
 
 
 class Dataset:
@@ -71,7 +45,7 @@ class Dataset:
         del state["_lock"]  # a copy counts its iterations on from here
         for name in self._functions:
             if state.get(name) is not None:
-                state[name] = picklable_function(state[name], f"{type(self).__name__}'s function")
+                state[name] = picklable_function(state[name], f"a pickled Dataset ({type(self).__name__})")
         return state
 
     def __setstate__(self, state):

@@ -29,8 +29,10 @@ import collections
 import logging
 import re
 import secrets
+from typing import Mapping
 
 from tpudata import storage
+from tpudata._keywords import storage_options_dict, strict_keywords
 from tpudata.dataset.io import checked
 from tpudata.errors import StateError
 
@@ -125,10 +127,14 @@ def spilled_files(state, spill_url: str | None = None) -> list[str]:
     return [locate(name.rsplit("/", 1)[-1], spill_url) for name in found]
 
 
-def remove_spilled(state, spill_url: str | None = None, **storage_options) -> list[str]:
+@strict_keywords
+def remove_spilled(state, spill_url: str | None = None, *,
+                   storage_options: Mapping | None = None) -> list[str]:
     """Remove the spill files ``state`` names from ``spill_url`` (the shuffle's; needed for the
     states of this tpudata, which name files only) when its checkpoint is deleted; returns
-    them. Only spill files are removed: a state naming another file raises StateError."""
+    them. Only spill files are removed: a state naming another file raises StateError.
+    ``storage_options``: fsspec's."""
+    so = storage_options_dict("remove_spilled", storage_options)
     urls = []
     for recorded in spilled_files(state):
         if spill_url is not None:
@@ -139,20 +145,23 @@ def remove_spilled(state, spill_url: str | None = None, **storage_options) -> li
             raise TypeError("remove_spilled(state, spill_url): the state names its spill files "
                             "relative to the shuffle's spill_url; pass it")
     for url in urls:
-        storage.remove(url, **storage_options)
+        storage.remove(url, **so)
     return urls
 
 
-def prune_spilled(spill_url: str, keep=(), **storage_options) -> list[str]:
-    """Remove the spill files under ``spill_url`` that no state in ``keep`` names; returns them.
+@strict_keywords
+def prune_spilled(spill_url: str, keep=(), *, storage_options: Mapping | None = None) -> list[str]:
+    """Remove the spill files under ``spill_url`` that no state in ``keep`` names; returns them
+    (``storage_options``: fsspec's).
 
     Only call it while no iterator is writing a checkpoint there.
     """
+    so = storage_options_dict("prune_spilled", storage_options)
     named = {url.rsplit("/", 1)[-1] for state in keep for url in spilled_files(state)}
     pattern = storage.join(str(spill_url).rstrip("/"), PREFIX + "*.pkl")
     removed = []
-    for url in storage.glob(pattern, **storage_options):
+    for url in storage.glob(pattern, **so):
         if url.rsplit("/", 1)[-1] not in named:
-            storage.remove(url, **storage_options)
+            storage.remove(url, **so)
             removed.append(url)
     return removed

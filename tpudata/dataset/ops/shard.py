@@ -83,7 +83,7 @@ class ShardDataset(_Unary):
             try:
                 from tpudata.shards.manifest import record_counts
 
-                counts = record_counts(files, **storage_options)
+                counts = record_counts(files, storage_options=storage_options)
             except Exception as exc:  # counting is advice only: never fail shard() for it
                 logger.debug("shard: no record counts for the warning (%s)", exc)
         if counts is None:

@@ -264,7 +264,7 @@ class _TFRecordFiles(_RecordFilesDataset):
         if self._count is None:
             from tpudata.shards.manifest import record_counts
 
-            counts = record_counts(self.files, **self.storage_options)
+            counts = record_counts(self.files, storage_options=self.storage_options)
             self._count = UNKNOWN if counts is None else sum(counts)
         return self._count
 

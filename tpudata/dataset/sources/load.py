@@ -378,7 +378,7 @@ def _check_files(path: str, shards: list, so: dict, verify: bool) -> None:
         if verify and "crc32c" in s:
             from tpudata.shards.manifest import file_crc32c
 
-            _, crc = file_crc32c(url, **so)
+            _, crc = file_crc32c(url, storage_options=so)
             if crc != s["crc32c"]:
                 raise SavedDatasetError(
                     f"{url}: the shard's CRC32C is {crc:08x}, but the saved dataset's metadata "
