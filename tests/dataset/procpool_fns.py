@@ -165,3 +165,37 @@ def die_on_seven(x):
         os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(10)
     return np.int64(x) * 2
+
+
+def ragged_big(x):
+    """Outputs of a shape that changes from element to element and more than 4 KB each (one
+    out-of-band buffer per element in the result slot), a bytes leaf and a float32 leaf."""
+    n = int(x)
+    return {"v": np.arange(600 + 97 * (n % 5), dtype=np.float64) * (n + 1), "tag": f"e{n}".encode(),
+            "w": np.full((2, 700), n, np.float32)}
+
+
+def varied(task):
+    """ProcessMapper results of every kind by ``task % 6``: shapes and dtypes that change,
+    object arrays, nested tuples, strings and None (the object fallback beside the slots)."""
+    n = int(task)
+    kind = n % 6
+    if kind == 0:
+        return np.full((1000 + n, 3), n, np.int16)  # large, shape varies
+    if kind == 1:
+        return {"f": np.linspace(0, 1, 5000 + n, dtype=np.float32), "s": "x" * n}
+    if kind == 2:
+        return (np.array([b"ab", n.to_bytes(2, "little")], dtype=object), None, n)
+    if kind == 3:
+        return [np.zeros(0, np.uint8), np.full(7, n, np.complex64), {"deep": (np.int64(n),)}]
+    if kind == 4:
+        return np.asfortranarray(np.arange(6000 + n, dtype=np.float64).reshape(2, -1))
+    return {"big": np.full(20_000, n % 251, np.uint8), "small": np.arange(3) + n}
+
+
+def wide_then_die(x):
+    """wide(x), except that element 600 kills its worker (SIGKILL)."""
+    if int(x) == 600:
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(10)
+    return wide(x)

@@ -4,9 +4,12 @@
 processes and hands back ``(position, fn(element))`` pairs, pulling its input lazily with a bounded
 number of elements in flight. Workers are started with ``forkserver`` (or ``spawn``), never
 ``fork``, so a parent that runs threads or has JAX/torch initialised is safe. numpy arrays (results,
-and large inputs) travel through shared memory (:mod:`tpudata.dataset.parallel.processes.shm`), not through the pipe;
-the arrays of results in up to ``LEND_SLOTS`` segments per worker are views of the segment (no
-copy: ordinary writable arrays, which the worker does not touch again until they are all gone).
+and large inputs) travel through shared memory (:mod:`tpudata.dataset.parallel.processes.shm`), not through the pipe.
+A result stays unread in the worker's segment until its turn to be yielded comes; then its
+arrays are views of the segment (no copy: ordinary writable arrays, which the worker does not
+touch again until they are all gone) where fewer than ``LEND_SLOTS`` segments of that worker are
+still held by results handed out, else copies. Results waiting their turn are copied out only
+where they would leave a worker no free segment for the tasks it holds.
 
 The parent starts no thread: the consumer's own ``next()`` sends work and collects results, and
 waits on the workers' pipes, their exit sentinels and a wake-up pipe that :meth:`close` writes to.
@@ -27,15 +30,15 @@ import secrets
 import selectors
 import signal
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from tpudata._pickling import dumps_function
 from tpudata._processes import context as _context
 from tpudata.dataset.parallel.processes import shm as _shm
 from tpudata.dataset.parallel.processes import worker as _procworker
+from tpudata.dataset.parallel.processes.session import Entry as _Entry, Session as _Session
 from tpudata.dataset.parallel.processes.start import (
-    dumps_fn as _dumps_fn,
     signal_name as _signal_name,
     start_method as _start_method,
     stop_processes as _stop_processes,
@@ -104,7 +107,7 @@ class ProcessMapper:
         self._seconds_per_element: float | None = None  # fn's cost, measured by the workers
         self._deterministic = bool(deterministic)
         self._start_method = _start_method(start_method)
-        fn_bytes = _dumps_fn(fn, getattr(fn, "sent_by", None))  # NotPicklableError names fn
+        fn_bytes = dumps_function(fn, getattr(fn, "sent_by", "ProcessMapper"))  # NotPicklableError names fn
         self._lock = threading.Lock()
         self._closing_done = threading.Event()
         self._prefix = f"tpd{os.getpid()}{secrets.token_hex(3)}_"
@@ -183,6 +186,9 @@ class ProcessMapper:
             out = []
             item = session.pop_ready()
             while item is not None:
+                item = self._resolve(item)
+                if item is None:
+                    return []
                 out.append(item)
                 item = session.pop_ready()
             if out or (waited and timeout is not None):
@@ -286,6 +292,9 @@ class ProcessMapper:
                         return
                 item = session.pop_ready()
                 if item is not None:
+                    item = self._resolve(item)
+                    if item is None:  # closed
+                        return
                     position, error, value = item
                     if error is not None:
                         raise error
@@ -301,6 +310,8 @@ class ProcessMapper:
             with self._lock:
                 if self._session is session:
                     self._session = None
+                if not self._closed:  # results never read: their segments go back
+                    session.drop_held()
 
     def _free_worker(self) -> _Worker | None:
         best = None
@@ -329,7 +340,8 @@ class ProcessMapper:
             self._tasks[task_id] = _Task(session, first, len(chunk), worker, slot)
             worker.tasks.add(task_id)
             session.outstanding += len(chunk)
-            message = _procworker.dumps((task_id, payload, worker.results.take_freed()))
+            freed = worker.results.take_freed(need=len(worker.tasks))
+            message = _procworker.dumps((task_id, payload, freed))
             try:
                 worker.conn.send_bytes(message)
             except OSError:
@@ -391,22 +403,32 @@ class ProcessMapper:
         if session is not self._session:
             worker.results.drop(payload)
             return
-        entries = worker.results.decode(payload)  # its slot returns to the worker (see _send)
+        held = worker.results.hold(payload)  # read at its turn (_resolve)
         per_element = seconds / task.count
         previous = self._seconds_per_element
         self._seconds_per_element = per_element if previous is None else 0.8 * previous + 0.2 * per_element
-        for position, entry in enumerate(entries, task.position):
-            if entry[0]:
-                session.put(position, None, entry[1])
-                continue
-            _, exc_bytes, text = entry
-            summary = text.strip().splitlines()[-1] if text.strip() else "an error"
-            error = WorkerError(
-                f"{self._fn_name} failed on element {position} in worker process "
-                f"{worker.process.pid} with {summary}; the worker's traceback:\n{text}",
-                pid=worker.process.pid, position=position, worker_traceback=text)
-            error.__cause__ = _loads_exception(exc_bytes)
-            session.put(position, error, None)
+        for k in range(task.count):
+            session.put(task.position + k, None, _Entry(held, k, worker.process.pid))
+
+    def _resolve(self, item: tuple) -> tuple | None:
+        """``(position, error, value)`` of a popped item, its result read now (None: closed)."""
+        position, error, value = item
+        if type(value) is not _Entry:
+            return item
+        with self._lock:  # close() may unmap the worker's segments from another thread
+            if self._closed:
+                return None
+            entry = value.held.value()[value.index]
+        if entry[0]:
+            return position, None, entry[1]
+        _, exc_bytes, text = entry
+        summary = text.strip().splitlines()[-1] if text.strip() else "an error"
+        error = WorkerError(
+            f"{self._fn_name} failed on element {position} in worker process "
+            f"{value.pid} with {summary}; the worker's traceback:\n{text}",
+            pid=value.pid, position=position, worker_traceback=text)
+        error.__cause__ = _loads_exception(exc_bytes)
+        return position, error, None
 
     def _worker_died(self, worker: _Worker) -> None:
         process = worker.process
@@ -436,6 +458,7 @@ class ProcessMapper:
                 self._selector.unregister(fd)
             except (KeyError, ValueError):
                 pass
+        worker.results.settle()  # results that came before it died: out of its segments
         worker.results.close()
         _shm.sweep(f"{self._prefix}w{worker.index}_")
 
@@ -490,7 +513,7 @@ class _Worker:
         self.inputs = inputs  # large inputs go through these segments
         # the worker's result segments, mapped here; results in up to LEND_SLOTS of them are
         # handed out as views (no copy here) and each slot goes back once they are all gone
-        self.results = _shm.Receiver(lend=_procworker.LEND_SLOTS)
+        self.results = _shm.Receiver(lend=_procworker.LEND_SLOTS, slots=_procworker.RESULT_SLOTS)
 
 
 class _Task:
@@ -505,40 +528,6 @@ class _Task:
         self.count = count
         self.worker = worker
         self.input_slot = input_slot
-
-
-class _Session:
-    """One imap(): its reorder buffer (or completion queue) and counters."""
-
-    def __init__(self, deterministic: bool):
-        self.deterministic = deterministic
-        self.pulled = 0  # elements taken from the input
-        self.outstanding = 0  # taken and not yet yielded
-        self.next_position = 0  # deterministic: the position to yield next
-        self.ready: dict[int, tuple] = {}
-        self.done: deque = deque()
-        self.fatal: WorkerError | None = None
-        self.direct = False  # submit()/collect() rather than imap()
-        self.input_error: Exception | None = None  # what the input iterator raised
-
-    def put(self, position: int, error: WorkerError | None, value: Any) -> None:
-        if self.deterministic:
-            self.ready[position] = (position, error, value)
-        else:
-            self.done.append((position, error, value))
-
-    def pop_ready(self) -> tuple | None:
-        if self.deterministic:
-            item = self.ready.pop(self.next_position, None)
-            if item is None:
-                return None
-            self.next_position += 1
-        elif self.done:
-            item = self.done.popleft()
-        else:
-            return None
-        self.outstanding -= 1
-        return item
 
 
 # -- helpers of the parent ----------------------------------------------------------------------

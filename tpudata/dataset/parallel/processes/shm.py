@@ -14,6 +14,12 @@ they are all gone. The receiver's side tells the sender which slots are free aga
 (:meth:`Receiver.take_freed`, then :meth:`Sender.release`). Pipe messages therefore stay small,
 whatever the elements weigh.
 
+A payload need not be read when it arrives: :meth:`Receiver.hold` leaves it in its slot until
+its :class:`Held` is read (lent then if the receiver may lend, which it usually may: what was
+lent before has gone by then). ``take_freed(need)`` keeps the sender able to write ``need``
+more payloads into slots: it copies the oldest held payloads out first where the slots held
+would leave fewer free (so the sender rarely needs a one-off segment).
+
 :class:`Rows` (same-shape arrays, e.g. the outputs of a chunk of elements) travel as one stacked
 array: the sender writes each row straight into the payload, so the rows are copied once instead
 of being stacked first and then copied.
@@ -69,7 +75,7 @@ _SHM_DIR = "/dev/shm"
 # n: None, or how many of the buffers are pickle's out-of-band buffers; the others hold Rows
 Payload = tuple
 
-__all__ = ["INLINE_LIMIT", "Receiver", "Rows", "Sender", "discard", "full_error", "sweep", "unlink"]
+__all__ = ["Held", "INLINE_LIMIT", "Receiver", "Rows", "Sender", "discard", "full_error", "sweep", "unlink"]
 
 
 class Rows:
@@ -206,22 +212,71 @@ class Sender:
             _unlink_segment(shm)
 
 
+class Held:
+    """A payload left where it arrived (its slot) until :meth:`value` reads it, once."""
+
+    __slots__ = ("receiver", "payload", "done", "result")
+
+    def __init__(self, receiver: Receiver, payload: Payload):
+        self.receiver = receiver
+        self.payload = payload
+        self.done = False
+        self.result = None
+
+    def value(self) -> Any:
+        """The decoded payload: views of the slot where the receiver may lend, else a copy."""
+        if not self.done:
+            self.result = self.receiver.decode(self._take())
+            self.done = True
+        return self.result
+
+    def copy_out(self) -> None:
+        """Read the payload now into memory of this process, which frees its slot."""
+        if not self.done:
+            self.result = self.receiver.decode(self._take(), lend=False)
+            self.done = True
+
+    def drop(self) -> None:
+        """The payload will not be read: its slot (or segment) is free."""
+        if not self.done and self.payload is not None:
+            self.receiver.drop(self._take())
+        self.done = True
+
+    def _take(self) -> Payload:
+        payload, self.payload = self.payload, None
+        if payload is None:
+            raise ValueError("the payload's receiver is closed")
+        if payload[0] == "r":
+            self.receiver._held.remove(self)  # noqa: SLF001 - the receiver's own bookkeeping
+        return payload
+
+
 class Receiver:
     """Decodes the payloads of one :class:`Sender`; keeps its slots mapped.
 
     ``lend``: how many slots at once may be *lent*: the decoded arrays are then views of the
     slot itself instead of copies (no copy on this side), and the slot returns to the sender
     only once every one of those arrays is gone. Other payloads are copied out and their slot is
-    free at once. :meth:`take_freed` gives the slots to report to the sender.
+    free at once. ``slots``: how many the sender has (for ``take_freed(need)``).
+    :meth:`take_freed` gives the slots to report to the sender.
     """
 
-    def __init__(self, lend: int = 0):
+    def __init__(self, lend: int = 0, slots: int = 0):
         self.lend = lend
+        self.slots = slots
         self._mapped: dict[int, tuple[str, mmap.mmap]] = {}
         self._lent: set[int] = set()
+        self._held: list[Held] = []  # payloads held in their slot, oldest first
         self._returned: deque = deque()  # slots free again; appended from any thread (GC)
 
-    def decode(self, payload: Payload) -> Any:
+    def hold(self, payload: Payload) -> Held:
+        """Keep ``payload`` unread (in its slot) until its :class:`Held` is read or dropped."""
+        held = Held(self, payload)
+        if payload[0] == "r":
+            self._held.append(held)
+        return held
+
+    def decode(self, payload: Payload, lend: bool = True) -> Any:
         kind = payload[0]
         if kind == "i":
             data, buffers, n_plain = payload[1:]
@@ -237,8 +292,8 @@ class Receiver:
         else:
             _, slot, name, data_len, layout, n_plain = payload
             m = self._mapping(slot, name)
-            if layout and len(self._lent) < self.lend:
-                data, buffers = _lend(m, data_len, layout, partial(self._returned.append, slot))
+            if lend and layout and len(self._lent) < self.lend:
+                data, buffers = _lend(m, data_len, layout, partial(self._given_back, slot))
                 self._lent.add(slot)
             else:
                 with memoryview(m) as view:
@@ -255,14 +310,32 @@ class Receiver:
         elif payload[0] == "r":
             self._returned.append(payload[1])
 
-    def take_freed(self) -> list[int]:
-        """The slots the sender may reuse (read, or lent and given back) since the last call."""
+    def take_freed(self, need: int = 0) -> list[int]:
+        """The slots the sender may reuse (read, or lent and given back) since the last call.
+
+        ``need``: payloads the sender is about to write (its tasks in flight); held payloads are
+        copied out, oldest first, while the slots lent and held would leave fewer free.
+        """
+        out = self._take_returned()
+        while self._held and self.slots - len(self._lent) - len(self._held) < need:
+            self._held[0].copy_out()
+        return out + self._take_returned()
+
+    def _take_returned(self) -> list[int]:
         out = []
         while self._returned:
-            slot = self._returned.popleft()
-            self._lent.discard(slot)
-            out.append(slot)
+            out.append(self._returned.popleft())
         return out
+
+    def _given_back(self, slot: int) -> None:
+        """(from any thread: the one that drops the last array lent from ``slot``)"""
+        self._lent.discard(slot)
+        self._returned.append(slot)
+
+    def settle(self) -> None:
+        """Copy out every held payload (the sender's slots are about to go away)."""
+        while self._held:
+            self._held[0].copy_out()
 
     def _mapping(self, slot: int, name: str) -> mmap.mmap:
         mapped = self._mapped.get(slot)
@@ -279,6 +352,10 @@ class Receiver:
         return m
 
     def close(self) -> None:
+        """Unmap the slots (arrays lent from them stay valid); held payloads are lost."""
+        for held in self._held:
+            held.payload = None
+        self._held.clear()
         for _, m in self._mapped.values():
             _close_mapping(m)
         self._mapped.clear()

@@ -23,12 +23,13 @@ from tpudata import _accel
 from tpudata.dataset.parallel.processes import shm as _shm
 from tpudata.errors import SharedMemoryFullError
 
-__all__ = ["LEND_SLOTS", "STOP", "dumps", "main"]
+__all__ = ["LEND_SLOTS", "RESULT_SLOTS", "STOP", "dumps", "main"]
 
 _PARENT_POLL_S = 1.0  # how often a worker checks that its parent still lives
 # result slots the parent may hold as the memory of results it handed out (no copy); two more
 # for results in flight, so that a worker rarely needs a one-off segment
 LEND_SLOTS = 2
+RESULT_SLOTS = LEND_SLOTS + 2
 STOP = pickle.dumps(None)
 
 
@@ -47,7 +48,7 @@ def main(conn, fn_bytes: bytes, segment_prefix: str, parent_pid: int) -> None:
     except BaseException:
         _send_quietly(conn, ("fatal", None, traceback.format_exc()))
         return
-    results = _shm.Sender(segment_prefix, slots=LEND_SLOTS + 2)
+    results = _shm.Sender(segment_prefix, slots=RESULT_SLOTS)
     inputs = _shm.Receiver()
     try:
         _serve(conn, fn, inputs, results)
