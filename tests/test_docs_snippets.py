@@ -65,6 +65,8 @@ SNIPPETS = {
         "calls, opt-in: Ray's servers listen on every interface"),
     ("docs/mixtures.md", "Mixtures of named datasets", 0): elsewhere("tests/dataset/test_mixture.py"),
     ("docs/text.md", "A pipeline: JSON lines to packed rows", 0): RUN,  # test_text_snippet
+    ("docs/text.md", "Training: a tiny causal LM", 0): elsewhere("tests/jax/test_text_jax.py"),
+    ("docs/architecture.md", "Adding an op", 0): RUN,  # test_adding_an_op
 }
 
 
@@ -118,6 +120,12 @@ def test_readme_pipeline(tmp_path, monkeypatch):
     assert ns["batch"]["x"].dtype == np.float32 and ns["batch"]["x"].shape == (128, 16)
     assert ns["batch"]["label"].dtype == np.int64 and ns["batch"]["label"].shape == (128,)
     assert list(ns["ds"].iterator(ns["state"])) == []  # the state was taken after the last batch
+
+
+# -- docs/architecture.md -----------------------------------------------------------------------------
+def test_adding_an_op():
+    ns = run("docs/architecture.md", "Adding an op", {})
+    assert ns["first"] == [0, 3, 6] and ns["ds"].element_spec == ns["Dataset"].range(1).element_spec
 
 
 # -- docs/records.md ----------------------------------------------------------------------------------

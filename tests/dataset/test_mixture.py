@@ -283,7 +283,7 @@ def test_a_stop_hands_back_what_it_read_beyond_it():
     weights = {"a": 1, "b": 1, "c": 4}
     with mixture("abc", weights, stop=True).iterator() as it:
         first = []
-        while (block := it.next_block()) is not None:  # windows of 64 draws
+        while (block := it._next_block()) is not None:  # windows of 64 draws
             first += [plain(e) for e in block.elements()]
         state = roundtrip(it.get_state())
     assert first == [plain(e) for e in mixture("abc", weights, stop=True)]
@@ -314,7 +314,7 @@ def test_a_stop_hands_back_records_and_ragged_rows_too(tmp_path):
 
     with Dataset.mix(comps(["recs", "ragged", "short"]), {"recs": 1, "ragged": 1, "short": 3},
                      seed=2, stop_on_empty_dataset=True).iterator() as it:
-        first = [e["r"] for b in iter(it.next_block, None) for e in b.elements()]
+        first = [e["r"] for b in iter(it._next_block, None) for e in b.elements()]
         state = roundtrip(it.get_state())
     carried = [n for n, c in state["cursor"]["before"]["components"].items() if "carry" in c]
     assert carried, "this seed's stop should have read past it"

@@ -180,6 +180,6 @@ def test_shuffle_under_repeat_hands_out_blocks_not_single_elements():
     # pull one element at a time (that made shuffle(1000).repeat(2).batch(1000) 100x slower)
     it = Dataset.range(5000).shuffle(100, seed=1).repeat(2).iterator()
     sizes = []
-    while (block := it.next_block()) is not None:
+    while (block := it._next_block()) is not None:
         sizes.append(block.n)
     assert sum(sizes) == 10_000 and len(sizes) < 10_000 / 32

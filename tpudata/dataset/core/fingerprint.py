@@ -120,21 +120,14 @@ def pipeline_record(ds) -> dict:
 def pipeline_types(ds) -> dict:
     """``{"module:qualname": class}`` of the namedtuples the pipeline ``ds`` declares in its ops'
     configuration (structures, specs, signatures), searched without running anything."""
+    from tpudata.dataset.core.graph import walk
+
     found: dict = {}
-    todo, seen = [ds], set()
-    while todo and len(seen) < 10_000:
-        node = todo.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+    for node in walk(ds):
         for value in node.__dict__.values():
-            if _is_dataset(value):
-                todo.append(value)
+            if _is_dataset(value) or _datasets_in(value) is not None:
                 continue
-            nested = _datasets_in(value)
-            if nested is not None:
-                todo.extend(nested)
-            elif isinstance(value, (dict, tuple, type, Tree)):
+            if isinstance(value, (dict, tuple, type, Tree)):
                 try:
                     found.update(namedtuple_types(value))
                 except Exception:  # an attribute that is not a structure: nothing declared

@@ -334,8 +334,9 @@ class Iterator:
                 if self._closed:
                     self._close_chain()
 
-    def next_block(self) -> Block | None:
-        """The rest of the current block (batch-level consumers); None at the end."""
+    def _next_block(self) -> Block | None:
+        """The rest of the current block (the engine's batch-level consumers: save); None at the
+        end. Blocks are the engine's: users get elements."""
         if self._closed:
             return None
         with self._lock:

@@ -24,10 +24,10 @@ by ``Dataset.parse``: it changes what a shuffle checkpoint names, so it is part 
 
 from __future__ import annotations
 
-import threading
 from typing import Callable
 
 from tpudata.dataset.core.base import Dataset
+from tpudata.dataset.core.graph import replaced
 
 __all__ = ["optimize", "rewrite", "rewrites"]
 
@@ -103,11 +103,4 @@ def _visit_value(value, active: list, options, memo: dict, depth: int):
 
 def _copy(node: Dataset, changes: dict) -> Dataset:
     """A shallow copy of ``node`` with ``changes`` to its attributes, for one iteration."""
-    drawn = getattr(node, "_drawn_seed", None)
-    if drawn is not None:
-        drawn()  # an unseeded op draws its process's seed on the original, which the copy shares
-    new = object.__new__(type(node))
-    new.__dict__.update(node.__dict__)
-    new.__dict__.update(changes)
-    new._lock = threading.Lock()
-    return new
+    return replaced(node, **changes)

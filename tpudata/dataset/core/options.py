@@ -179,24 +179,9 @@ class OptionsDataset(_Unary):
 
 def options_of(ds) -> Options:
     """The merged options of ``ds`` and every dataset it reads (outermost wins)."""
-    found = []
-    stack = [ds]
-    seen = set()
-    while stack:
-        d = stack.pop()
-        if id(d) in seen:
-            continue
-        seen.add(id(d))
-        if isinstance(d, OptionsDataset):
-            found.append(d.opts)
-        inner = d.__dict__.get("input")
-        if inner is not None:
-            stack.append(inner)
-        for nested in d.__dict__.get("datasets") or (d.__dict__.get("_components") or {}).values():
-            stack.append(nested)
-        selector = d.__dict__.get("selector")
-        if selector is not None:
-            stack.append(selector)
+    from tpudata.dataset.core.graph import walk
+
+    found = [d.opts for d in walk(ds) if isinstance(d, OptionsDataset)]
     out = Options()
     for opts in reversed(found):  # innermost first, so outer ones override
         out = out.merge(opts)

@@ -38,30 +38,17 @@ class ProcessSeeded:
         self._seed, self._pid = int(seed), os.getpid()
 
 
-def _children(ds) -> list:
-    from tpudata.dataset.core.base import Dataset
-
-    out = []
-    for value in ds.__dict__.values():  # constructor order: the same for the same pipeline
-        if isinstance(value, Dataset):
-            out.append(value)
-        elif isinstance(value, (list, tuple)):
-            out.extend(v for v in value if isinstance(v, Dataset))
-    return out
-
-
 def random_nodes(ds) -> list:
-    """The unseeded random ops of the pipeline ``ds``, in a fixed depth-first order."""
-    found, seen, stack = [], set(), [ds]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+    """The unseeded random ops of the pipeline ``ds``, in a fixed depth-first order (not those
+    inside a mixture's named components: a mixture keeps its components' seeds in its own
+    state, so components may come and go at a restore)."""
+    from tpudata.dataset.core.graph import walk
+
+    found = []
+    for node in walk(ds, dicts=False):
         drawn = getattr(node, "_drawn_seed", None)
         if drawn is not None and drawn() is not None:
             found.append(node)
-        stack.extend(reversed(_children(node)))
     return found
 
 

@@ -7,7 +7,9 @@ TensorSpec(shape=(4,), dtype=int64)
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +21,20 @@ from tpudata.example.parse import VarLenValues
 from tpudata.example.structured import RaggedValues, SparseValues
 
 logger = logging.getLogger(__name__)
+
+_LOCAL = threading.local()  # .declared_only: specs that need no user code (construction checks)
+
+
+@contextlib.contextmanager
+def declared_only():
+    """Within: specs come from declarations only, never by calling a user's function (what an
+    op's constructor may look at; a map's traced spec is None there)."""
+    before = getattr(_LOCAL, "declared_only", False)
+    _LOCAL.declared_only = True
+    try:
+        yield
+    finally:
+        _LOCAL.declared_only = before
 
 
 @dataclass(frozen=True)
@@ -101,23 +117,23 @@ def _dtype_of(values) -> np.dtype:
 
 
 def element_spec_of(ds):
-    """Declared by the ops; only when one cannot say (a map function that fails on a dummy
-    element), one element is read from a private iteration that does not count as one."""
+    """Declared by the ops (a map's ``output_signature``, or its function traced on dummy
+    elements as tf.data traces it); never by running the pipeline. An op that cannot say raises
+    :class:`~tpudata.errors.SpecError` naming it and what to declare."""
     spec = _static(ds)
     if spec is not None:
         return spec
-    from tpudata.dataset.core.iterator import Cursor, IterContext
+    from tpudata.dataset.core.graph import walk
 
-    it = ds._make_iterator(IterContext((0,)))
-    try:
-        block = Cursor(it).take(1)
-    finally:
-        it.close()
-    if block is None:
-        raise ValueError("element_spec of an empty dataset with no static spec is unknown; "
-                         "give map() an output_signature")
-    tree, leaves = flatten(next(block.elements()))
-    return unflatten(tree, [_from_value(v) for v in leaves])
+    unknown = [node for node in walk(ds) if node._spec() is None]
+    where = type(unknown[-1]).__name__ if unknown else type(ds).__name__
+    name = getattr(unknown[-1], "name", None) if unknown else None
+    raise SpecError(
+        f"the element spec is not declared: {where}{f' {name!r}' if name else ''} cannot say "
+        f"(a function that does not run on dummy elements of its input, or values only the data "
+        f"shows); give that map (or from_generator) an output_signature, e.g. "
+        f"map(fn, output_signature={{'x': tpudata.TensorSpec((None,), np.float32)}}); "
+        f"tpudata does not run the pipeline to find out")
 
 
 def _dummy(spec, fill: int):
@@ -151,6 +167,8 @@ def traced_spec(fn, input_ds, op: str, returns_dataset: bool = False):
     Dimensions that differ between the two traces are unknown (None). Returns None when the
     input's spec is unknown or ``fn`` fails on a dummy (e.g. it opens a file named by it).
     """
+    if getattr(_LOCAL, "declared_only", False):
+        return None
     inner = _static(input_ds)
     if inner is None:
         return None

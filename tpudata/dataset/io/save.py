@@ -156,7 +156,7 @@ def save(ds, path: str, compression: str | None = None, shard_func: Callable | N
 
         with ds.iterator() as it:
             while True:
-                block = it.next_block()
+                block = it._next_block()
                 if block is None:
                     break
                 if not block.n:

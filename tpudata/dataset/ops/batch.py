@@ -407,6 +407,23 @@ class UnbatchDataset(Dataset):
     def cardinality(self):
         return UNKNOWN if self.input.cardinality() != INFINITE else INFINITE
 
+    def _spec(self):
+        """The input's spec less its leading (batch) dimension."""
+        from tpudata.dataset.core.spec import RaggedSpec, SparseSpec, TensorSpec, VarLenSpec, _static
+
+        inner = _static(self.input)
+        if inner is None:
+            return None
+        tree, leaves = flatten(inner)
+        out = []
+        for leaf in leaves:
+            if not isinstance(leaf, TensorSpec) or isinstance(leaf, (RaggedSpec, SparseSpec)) or \
+                    not leaf.shape:
+                return None  # nested datasets, sparse and ragged values, scalars: the data says
+            out.append(TensorSpec(leaf.shape[1:], leaf.dtype) if isinstance(leaf, VarLenSpec) else
+                       type(leaf)(leaf.shape[1:], leaf.dtype))
+        return unflatten(tree, out)
+
 
 class _UnbatchIterator(BlockIterator):
     def __init__(self, input_it):

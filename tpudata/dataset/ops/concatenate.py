@@ -12,10 +12,13 @@ dataset is being read and its position.
 
 from __future__ import annotations
 
+import numpy as np
+
 from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import INFINITE, UNKNOWN, BlockIterator, Dataset
 from tpudata.dataset.core.common import input_spec
 from tpudata.dataset.core.nest import flatten, unflatten
+from tpudata.dataset.core.spec import declared_only
 from tpudata.errors import SpecError
 
 
@@ -46,7 +49,8 @@ class ConcatenateDataset(Dataset):
             if not isinstance(d, Dataset):
                 raise TypeError(f"concatenate() needs a Dataset, not {type(d).__name__}")
         self.datasets = (first, second)
-        a, b = input_spec(first), input_spec(second)
+        with declared_only():  # no user code at construction: traced specs are checked later
+            a, b = input_spec(first), input_spec(second)
         if a is not None and b is not None:
             _merge_specs(a, b)  # refuse incompatible datasets now, as tf.data does
 
@@ -70,7 +74,7 @@ class _ConcatenateIterator(BlockIterator):
     def __init__(self, datasets, ctx):
         self.datasets, self.ctx = datasets, ctx
         self.which = 0
-        self.tree = None  # the first dataset's structure, checked against the second's
+        self.tree = None  # the first dataset's structure and leaves, checked against the second's
         self.it = datasets[0]._make_iterator(ctx.child(0))
 
     def next(self):
@@ -79,10 +83,9 @@ class _ConcatenateIterator(BlockIterator):
             block = self.it.next()
             if block is not None:
                 if self.which == 0:
-                    self.tree = block.tree
-                elif self.tree is not None and block.tree != self.tree:
-                    raise SpecError(f"concatenate: the second dataset's elements have the "
-                                    f"structure {block.tree}, the first's {self.tree}")
+                    self.tree = (block.tree, _kinds(block))
+                elif self.tree is not None:
+                    self._check(block)
                 return block
             self.it.close()
             self.which += 1
@@ -90,6 +93,18 @@ class _ConcatenateIterator(BlockIterator):
             if self.which < 2:
                 self.it = self.datasets[1]._make_iterator(self.ctx.child(1))
         return None
+
+    def _check(self, block) -> None:
+        tree, kinds = self.tree
+        if block.tree != tree:
+            raise SpecError(f"concatenate: the second dataset's elements have the structure "
+                            f"{block.tree}, the first's {tree}")
+        for i, (a, b) in enumerate(zip(kinds, _kinds(block))):
+            if None not in (a, b) and a != b:
+                raise SpecError(f"concatenate: leaf {i} of the second dataset's elements is "
+                                f"{b[0]} of rank {b[1]}, the first's {a[0]} of rank {a[1]}: "
+                                f"make them agree (e.g. a map that casts) before concatenating")
+        self.tree = None  # checked once
 
     def get_state(self):
         return {"which": self.which, "input": None if self.it is None else self.it.get_state()}
@@ -105,6 +120,12 @@ class _ConcatenateIterator(BlockIterator):
     def close(self):
         if self.it is not None:
             self.it.close()
+
+
+def _kinds(block) -> list:
+    """Each leaf's (dtype, element rank) where its column is a plain array (else None)."""
+    return [(col.dtype, col.ndim - 1) if isinstance(col, np.ndarray) and col.dtype != object
+            else None for col in block.leaves]
 
 
 __all__ = ["ConcatenateDataset"]

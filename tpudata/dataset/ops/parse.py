@@ -199,13 +199,12 @@ def parse_dataset(input_ds: Dataset, features, num_parallel_calls=None, views: b
     parse-then-shuffle give identical elements; parsing first keeps compact arrays (not raw read
     buffers) in the shuffle buffer.
     """
+    from tpudata.dataset.core.graph import replaced
     from tpudata.dataset.ops.shuffle import ShuffleDataset
 
     if isinstance(input_ds, ShuffleDataset):
         inner = parse_dataset(input_ds.input, features, num_parallel_calls, views=False)
-        return ShuffleDataset(inner, input_ds.buffer_size, input_ds.seed,
-                              input_ds.reshuffle_each_iteration, spill_url=input_ds.spill_url,
-                              spill_bytes=input_ds.spill_bytes)
+        return replaced(input_ds, input=inner)  # every setting of the user's shuffle kept
     return ParseDataset(input_ds, features, num_parallel_calls, views)
 
 
