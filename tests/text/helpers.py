@@ -43,3 +43,32 @@ def killed_and_restored(ds: Dataset, seed: int, most: int = 12) -> tuple[list, l
         sizes.append(len(text))
         state = json.loads(text)
         it.close()
+
+
+def doc_ids(cid: int, i: int, spread: int = 13) -> list:
+    """The token ids of document ``i`` of corpus ``cid``: 1 to ``spread`` (<= 32) of them, each
+    saying its corpus, document and place, so no two documents share one."""
+    return [cid * 100_000 + i * 32 + j for j in range((i * 7 + cid) % spread + 1)]
+
+
+def id_docs(cid: int, n: int, spread: int = 13) -> Dataset:
+    """Corpus ``cid``'s ``n`` documents as ``{"tokens": int32 ids}`` elements."""
+    return Dataset.range(n).map(
+        lambda i: {"tokens": np.asarray(doc_ids(cid, int(i), spread), np.int32)})
+
+
+def write_text_corpus(root, corpora: dict, spread: int = 13) -> None:
+    """``root/<name>.tfrecord``: Examples whose bytes feature "text" is a document's ids written
+    out (``corpora``: ``{name: (cid, documents)}``); :func:`ids_from_text` tokenizes them."""
+    import tpudata
+
+    for name, (cid, n) in corpora.items():
+        with tpudata.TFRecordWriter(str(root / f"{name}.tfrecord")) as w:
+            for i in range(n):
+                text = " ".join(str(t) for t in doc_ids(cid, i, spread))
+                w.write(tpudata.encode_example({"text": text.encode()}))
+
+
+def ids_from_text(texts: list) -> list:
+    """The tokenizer of :func:`write_text_corpus`'s documents: their ids written out."""
+    return [[int(w) for w in t.split()] for t in texts]

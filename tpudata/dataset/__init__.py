@@ -1,7 +1,6 @@
 """tf.data's model without TensorFlow: sources, transformations, prefetch, checkpointable state."""
 
 from tpudata.dataset.core.base import INFINITE, UNKNOWN, Dataset, Iterator
-from tpudata.dataset.core.block import Block, RecordColumn
 from tpudata.dataset.core.columns import BytesColumn
 from tpudata.dataset.sources.files import (
     FixedLengthRecordDataset,
@@ -26,19 +25,21 @@ for _module in (
     _importlib.import_module(f"tpudata.dataset.{_module}")
 del _module
 
+from tpudata.dataset.ops.hosts import combine_host_states, elastic_hosts  # noqa: E402
+
 __all__ = [
     "AUTOTUNE",
-    "Block",
     "BytesColumn",
     "Dataset",
     "FixedLengthRecordDataset",
     "INFINITE",
     "Iterator",
     "Options",
-    "RecordColumn",
     "TFRecordDataset",
     "TensorSpec",
     "TextLineDataset",
     "UNKNOWN",
     "VarLenSpec",
+    "combine_host_states",
+    "elastic_hosts",
 ]

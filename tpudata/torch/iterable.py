@@ -248,4 +248,25 @@ class SourceIterable(_SplitIterable):
         return it
 
 
-__all__ = ["SourceIterable", "TFRecordIterable"]
+class DatasetIterable(_SplitIterable):
+    """Any tpudata pipeline's batches (packed text, mixtures): ``make(split)`` returns reader
+    ``split.index`` of ``split.count``'s :class:`~tpudata.Dataset` of batches (e.g.
+    ``elastic_hosts(host_pipeline, split.count, split.index)``). Equal step counts and ``len()``
+    are the pipeline's business (``repeat`` and ``take``); a state restores on the same ranks x
+    workers."""
+
+    @strict_keywords
+    def __init__(self, make: Callable, *, num_workers: int | None = None, rank: int | None = None,
+                 world_size: int | None = None, bytes_as: str = "list",
+                 shared_memory: bool = True):
+        super().__init__(1, num_workers, rank, world_size, "", bytes_as, shared_memory)
+        self.make = make
+
+    def batches_per_reader(self) -> int:
+        raise TypeError("a DatasetIterable does not know its length (the pipeline's own)")
+
+    def _open(self, split: Split, state):
+        return self.make(split).iterator(state)
+
+
+__all__ = ["DatasetIterable", "SourceIterable", "TFRecordIterable"]

@@ -148,6 +148,20 @@ class LoopReport:
                 f"{self.records_per_second:,.0f} records/s, {self.mb_per_second:.1f} MB/s")
 
 
+def _moved(states: list, hosts: int) -> list:
+    """Each of ``hosts`` hosts' state from a checkpoint of another number: the combined state
+    of an elastic_hosts input (tpudata.dataset.elastic_hosts), else refused."""
+    from tpudata.dataset import combine_host_states
+    from tpudata.errors import StateError
+
+    try:
+        return [combine_host_states(states)] * hosts
+    except StateError:
+        raise ValueError(f"the checkpoint holds input state for {len(states)} hosts, the input "
+                         f"has {hosts}: resume with the same TPUConfig.num_hosts (or make the "
+                         "input elastic_hosts(...), whose state moves)") from None
+
+
 class Infeed:
     """Per-step batches for ``num_replicas`` replicas from ``len(sources)`` hosts.
 
@@ -172,8 +186,7 @@ class Infeed:
         self.stop = threading.Event()
         self.iterators = []
         if states is not None and len(states) != len(sources):
-            raise ValueError(f"the checkpoint holds input state for {len(states)} hosts, the "
-                             f"input has {len(sources)}: resume with the same TPUConfig.num_hosts")
+            states = _moved(states, len(sources))
         try:
             for h, src in enumerate(sources):
                 self.iterators.append(_open(h, src, states[h] if states is not None else None))

@@ -111,6 +111,10 @@ class MixDataset(Dataset):
         self._shards = self._shards_of(num_shards, shard_index)
         if self._shards is not None:
             self._check_elastic()
+        # set by elastic_hosts (ops/hosts.py) on the graphs it builds: the draw where this
+        # mixture ends (an old host's view, drained), and (state, shards, draw) to start from
+        self._cap: int | None = None
+        self._start: tuple | None = None
         specs = [input_spec(d) for d in self._components.values()]
         if all(s is not None for s in specs):  # incompatible components are refused now
             self._spec()
@@ -224,6 +228,8 @@ class _MixIterator(BlockIterator):
                                ds._stop, ds._seed, self.comps, self.path)
         self.segments: list = []  # [(until, _Config)]: a restored state's draws before ``until``
         self.count = 0  # draws made = elements delivered
+        if ds._start is not None:
+            self._advance(*ds._start)
 
     def _config(self):
         """The configuration of the next draw, and the draw where it gives way (None: never)."""
@@ -255,6 +261,10 @@ class _MixIterator(BlockIterator):
                 return None
             self.segments = [(u, c) for u, c in self.segments if u > until]  # (it diverged)
         n = max(1, self.want) if until is None else min(max(1, self.want), until - self.count)
+        if self.ds._cap is not None:
+            if self.count >= self.ds._cap:
+                return None
+            n = min(n, self.ds._cap - self.count)
         slots = np.arange(self.count, self.count + n, dtype=np.int64)
         assign = config.picks.assign(slots, active)
         parts: list = [[] for _ in self.comps]
@@ -312,8 +322,9 @@ class _MixIterator(BlockIterator):
             state["lockstep"] = all(c.even and c.carry is None for c in self.comps)
         return state
 
-    def set_state(self, state):
-        self._check_shards(state)
+    def set_state(self, state, check: bool = True):
+        if check:
+            self._check_shards(state)
         saved = state["components"]
         ours = {c.name for c in self.comps}
         for comp in self.comps:
@@ -367,6 +378,27 @@ class _MixIterator(BlockIterator):
                 "a component exactly, give it weight 0 and remove it at a checkpoint taken after "
                 "the run with weight 0 has drawn (see docs/mixtures.md)", OP, sorted(weighted),
                 replayed)
+
+    def _advance(self, state: dict, shards: tuple, until: int) -> None:
+        """Start at draw ``until`` of the hosts ``shards`` (an elastic host change): restore
+        ``state`` (a host's of ``shards``, drawing with its configurations up to ``until``), draw
+        up to there, then read as this mixture's host. At a draw every host of ``shards`` has
+        reached, their components stand at the same round boundary: the new hosts go on from it."""
+        mine = self.ds._shards
+        for comp in self.comps:
+            comp.hosts, comp.host = shards
+        self.set_state(dict(state, shards=list(shards)), check=False)
+        while self.count < until:
+            self.want = until - self.count
+            if self.next() is None:
+                break
+        self.want = 1
+        if not all(c.even and c.carry is None for c in self.comps):
+            raise StateError(f"{OP}: a component's stream ended inside a round of the "
+                             f"{shards[0]} hosts: their states cannot move to other hosts")
+        for comp in self.comps:
+            comp.hosts, comp.host = mine
+        self.segments = [(u, c) for u, c in self.segments if u > self.count]
 
     def _check_shards(self, state) -> None:
         shards = self.ds._shards
