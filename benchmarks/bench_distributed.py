@@ -18,6 +18,12 @@ transport alone: 200 ready uint8 batches (3.9 GB) from the workers, with and wit
 memory: GB/s and the consumer's cores (CPU time / wall).
 
     python benchmarks/bench_distributed.py [--images 2048] [--workers 2] [--rounds 3] [--quiet-wait 60]
+
+Scaling (a machine with many cores): --scaling 1,2,4,8,12 runs the distributed pipeline on a
+fresh LocalCluster of each size over --shards files (one split per file; use a multiple of every
+size) and prints images/s and the speedup over the local pipeline against N:
+
+    python benchmarks/bench_distributed.py --scaling 1,2,4,8,12 --images 6144 --shards 48 --rounds 2
 """
 
 from __future__ import annotations
@@ -81,8 +87,11 @@ def transport(client, batches: int, shared_memory: bool) -> tuple[float, float]:
     return n / wall / 1e9, (_cpu() - c0) / wall
 
 
-def pipeline(pattern: str) -> Dataset:
-    return (Dataset.list_files(pattern, shuffle=True, seed=0)
+def pipeline(pattern: str, shard: tuple | None = None) -> Dataset:
+    files = Dataset.list_files(pattern, shuffle=True, seed=0)
+    if shard is not None:
+        files = files.shard(*shard)
+    return (files
             .flat_map(TFRecordDataset)
             .batch(BATCH, drop_remainder=True)
             .parse(SPEC)
@@ -120,10 +129,15 @@ def main() -> None:
     ap.add_argument("--dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "tpudata-bench", "images"))
     ap.add_argument("--quiet-wait", type=float, default=0.0, metavar="S",
                     help="on a shared machine, wait up to S seconds for idle cores before each epoch")
+    ap.add_argument("--shards", type=int, default=8, help="files (one split each)")
+    ap.add_argument("--scaling", default="", metavar="N,N,...",
+                    help="instead: images/s on LocalClusters of these sizes against the local pipeline")
     args = ap.parse_args()
     from distributed import Client
 
-    pattern = make_shards(args.dir, args.images)
+    pattern = make_shards(args.dir, args.images, args.shards, processes=os.cpu_count() or 1)
+    if args.scaling:
+        return scaling(pattern, [int(n) for n in args.scaling.split(",")], args)
     proc, address = start_cluster(args.workers)
     try:
         with Client(address) as client:
@@ -167,6 +181,85 @@ def main() -> None:
     print("|---|---|---|")
     for shm, (rate, cores) in moved.items():
         print(f"| {'shared memory (slots)' if shm else 'dask TCP, direct'} | {rate:.2f} | {cores:.2f} |")
+
+
+def _control_process(pattern: str, n: int, i: int, barrier, results) -> None:
+    ds = lambda: pipeline(pattern, shard=(n, i))  # noqa: E731
+    epoch(ds())  # warm-up
+    barrier.wait()
+    t0, c0 = time.perf_counter(), _cpu()
+    images = epoch(ds())[2]
+    results.put((time.perf_counter() - t0, _cpu() - c0, images))
+
+
+def control(pattern: str, n: int) -> tuple[float, float, int]:
+    """N independent local pipelines, each over 1/N of the files, in N processes at once: what
+    the machine itself gives N busy cores (wall of the slowest, CPU of all, images)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(n), ctx.Queue()
+    procs = [ctx.Process(target=_control_process, args=(pattern, n, i, barrier, results))
+             for i in range(n)]
+    for p in procs:
+        p.start()
+    got = [results.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join()
+    return max(g[0] for g in got), sum(g[1] for g in got), sum(g[2] for g in got)
+
+
+def scaling(pattern: str, sizes: list, args) -> None:
+    """Images/s of the distributed pipeline on LocalClusters of ``sizes`` workers."""
+    from distributed import Client
+
+    local, reference = None, None
+    for r in range(args.rounds + 1):
+        wall, cpu, n, sums = epoch(pipeline(pattern))
+        reference = sums
+        if r and (local is None or wall < local[0]):
+            local = (wall, cpu, n)
+    rows = []
+    for workers in sizes:
+        proc, address = start_cluster(workers)
+        try:
+            with Client(address) as client:
+                client.wait_for_workers(workers)
+                best = None
+                for r in range(args.rounds + 1):
+                    wait_for_quiet(args.quiet_wait)
+                    busy = sum(client.run(_cpu).values())
+                    wall, cpu, n, sums = epoch(pipeline(pattern).distribute(client))
+                    busy = sum(client.run(_cpu).values()) - busy
+                    if sums != reference:
+                        raise AssertionError(f"{workers} workers: the distributed batches differ")
+                    if r and (best is None or wall < best[0]):
+                        best = (wall, cpu, n, busy)
+        finally:
+            proc.stdin.close()
+            proc.wait(timeout=60)
+        rows.append((workers, best, control(pattern, workers) if workers > 1 else None))
+    batches = local[2] // BATCH
+    print(f"{local[2]} images in {args.shards} shards, {batches} batches of {BATCH} per epoch, "
+          f"{os.cpu_count()} cpus; best of {args.rounds} epochs; outputs equal the local pipeline's: yes")
+    print("| workers | images/s | speedup over local | speedup / N | CPU per batch | workers busy | "
+          "consumer cores | N local pipelines at once: images/s, CPU per batch | distributed / that |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"| local (1 thread) | {local[2] / local[0]:,.0f} | 1.00x | | {local[1] / batches * 1e3:.0f} ms | "
+          f"| {local[1] / local[0]:.2f} | | |")
+    for workers, (wall, cpu, n, busy), ctl in rows:
+        speed = local[0] / wall
+        if ctl is None:
+            ctl_cells = "| |"
+        else:
+            ctl_cells = (f"| {ctl[2] / ctl[0]:,.0f}, {ctl[1] / batches * 1e3:.0f} ms | "
+                         f"{(n / wall) / (ctl[2] / ctl[0]):.2f} |")
+        print(f"| {workers} | {n / wall:,.0f} | {speed:.2f}x | {speed / workers:.2f} | "
+              f"{busy / batches * 1e3:.0f} ms | {busy / wall / workers:.0%} | {cpu / wall:.2f} {ctl_cells}")
+    print("CPU per batch: the workers' CPU time (all their threads) per batch; workers busy: that CPU "
+          "over N x wall. N local pipelines at once: N processes, each the local pipeline over 1/N of "
+          "the files, started together (what the machine gives N busy cores, without tpudata's "
+          "distribution)")
 
 
 if __name__ == "__main__":

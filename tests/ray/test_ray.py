@@ -45,6 +45,23 @@ def test_the_datasource_reads_records_and_parsed_columns(local_ray, files):
     assert np.array_equal(row["x"], np.arange(8, dtype=np.float32) + 7)
 
 
+def test_the_datasource_gives_bytes_and_variable_length_columns(local_ray, tmp_path):
+    path = str(tmp_path / "mixed.tfrecord")
+    rows = [{"img": bytes([i % 256]) * (500 + i), "v": np.arange(i % 4, dtype=np.int64),
+             "s": [b"a" * (i % 3)] * (1 + i % 2), "i": i} for i in range(300)]
+    with tpudata.TFRecordWriter(path) as w:
+        w.write_many(tpudata.encode_example(r) for r in rows)
+    spec = {"img": tpudata.FixedLenFeature([], bytes), "i": tpudata.FixedLenFeature([], np.int64),
+            "v": tpudata.VarLenFeature(np.int64), "s": tpudata.VarLenFeature(bytes)}
+    got = sorted(read_tfrecords([path], features=spec).take_all(), key=lambda r: int(r["i"]))
+    assert [bytes(r["img"]) for r in got] == [r["img"] for r in rows]
+    assert [list(r["v"]) for r in got] == [r["v"].tolist() for r in rows]
+    assert [[bytes(x) for x in r["s"]] for r in got] == [r["s"] for r in rows]
+    batches = list(read_tfrecords([path], features=spec).iter_batches(batch_size=64,
+                                                                      batch_format="numpy"))
+    assert sum(len(b["i"]) for b in batches) == 300 and batches[0]["img"][1] == rows[1]["img"]
+
+
 def test_the_datasource_checks_crcs(local_ray, tmp_path):
     (bad,) = fns.make_files(tmp_path, (10,))
     data = bytearray(open(bad, "rb").read())

@@ -34,13 +34,13 @@ from __future__ import annotations
 
 import collections
 import logging
-import pickle
 import queue
 import statistics
 import threading
 import time
 import uuid
 
+from tpudata import _pickling
 from tpudata.dataset.core.iterator import POLL_SECONDS, BlockIterator
 from tpudata.dataset.core.seeds import random_nodes
 from tpudata.dataset.parallel.processes.interleave import _options_args
@@ -124,6 +124,9 @@ class DistributedIterator(BlockIterator):
         opts = ctx.options
         self.deterministic = (ds.deterministic if ds.deterministic is not None else
                               opts.deterministic if opts.deterministic is not None else True)
+        # the order is not the state's to replay when not deterministic: never more than asked,
+        # so a Cursor above takes its position from this iterator's own exact state
+        self.exact_want = not self.deterministic
         self.flags = (ctx.ignore_errors, _options_args(opts))
         self.mine = list(range(ds.consumer_index, plan.num_splits, ds.num_consumers))
         self.ready: queue.Queue = queue.Queue()
@@ -140,7 +143,7 @@ class DistributedIterator(BlockIterator):
     def _transport(self) -> Transport | None:
         if not (self.backend.remote and self.ds._shared_memory):
             return None
-        return Transport(self.ds._chunk_bytes, max_slots=MAX_SLOTS)
+        return self.ds._parked.take() or Transport(self.ds._chunk_bytes, max_slots=MAX_SLOTS)
 
     def _reset(self, head: int = 0, splits: dict | None = None, finished=()) -> None:
         self.job = uuid.uuid4().hex
@@ -216,6 +219,8 @@ class DistributedIterator(BlockIterator):
                 entry = self._fetch_q.get(timeout=POLL_SECONDS)
             except queue.Empty:
                 continue
+            if entry is None:  # closed
+                return
             self._fetch(*entry)
             del entry  # held here, a dask future would keep its result alive
 
@@ -343,6 +348,9 @@ class DistributedIterator(BlockIterator):
             if s.chunks:
                 c = s.chunks[0]
                 block = c.blocks.popleft()
+                if self.exact_want and block.n > max(1, self.want):
+                    c.blocks.appendleft(block.slice(max(1, self.want), block.n))
+                    block = block.slice(0, max(1, self.want))
                 c.taken += block.n
                 if not c.blocks:
                     s.chunks.popleft()
@@ -407,29 +415,29 @@ class DistributedIterator(BlockIterator):
             self._done = True
             self._cancel_all()
             self.splits.clear()
-            if self.transport is not None:  # (a restore makes a new one)
-                self.transport.close()
+            if self.transport is not None:  # (a restore takes one again)
+                self.ds._parked.put(self.transport)
                 self.transport = None
 
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
+        self._fetch_q.put(None)  # the fetcher stops now, not at its next poll
+        fetcher = self._fetcher
+        if fetcher is not None and fetcher is not threading.current_thread():
+            fetcher.join(timeout=POLL_SECONDS)
         try:
             self._cancel_all()
         finally:
             self.backend.close()
             if self.transport is not None:
-                self.transport.close()
+                self.ds._parked.put(self.transport)
+                self.transport = None
 
 
 def template_bytes(template) -> tuple[bytes, list]:
     """The per-split template pickled for the workers (functions of ``__main__`` by value),
     and the seeds of its unseeded random ops (the workers use these, not their own)."""
     seeds = [int(node._drawn_seed()) for node in random_nodes(template)]
-    try:
-        import cloudpickle
-
-        return cloudpickle.dumps(template, protocol=5), seeds
-    except ImportError:  # pragma: no cover - dask installs cloudpickle
-        return pickle.dumps(template, protocol=5), seeds
+    return _pickling.dumps(template), seeds

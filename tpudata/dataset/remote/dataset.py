@@ -9,14 +9,18 @@ output). See docs/remote.md.
 
 from __future__ import annotations
 
+import weakref
+
 from tpudata._keywords import strict_keywords
+from tpudata._pickling import dumps_function
 from tpudata.dataset.core import registry
 from tpudata.dataset.core.base import UNKNOWN, Dataset
 from tpudata.dataset.core.common import input_spec
-from tpudata.dataset.core.seeds import _children
+from tpudata.dataset.core.graph import inputs
 from tpudata.dataset.remote.backends import backend_of, dask_client
 from tpudata.dataset.remote.consumer import DistributedIterator, template_bytes
 from tpudata.dataset.remote.splits import Plan, SplitSource, cut
+from tpudata.dataset.remote.transport import Parked
 from tpudata.errors import NotPicklableError
 
 __all__ = ["CHUNK_BYTES", "DistributeDataset"]
@@ -35,15 +39,13 @@ def _check_executor(executor) -> None:
 
 def _unpicklable(template: Dataset, exc: Exception) -> NotPicklableError:
     """The error naming the function (or op) that keeps the template from pickling."""
-    from tpudata.dataset.parallel.processes.start import dumps_fn
-
     node = template
     while not isinstance(node, SplitSource):
         for name in node._functions:
             fn = node.__dict__.get(name)
             if fn is not None:
-                dumps_fn(fn, f"distribute() (in {node._describe()})")  # raises, naming fn
-        (node,) = _children(node)
+                dumps_function(fn, f"distribute() (in {node._describe()})")  # raises, naming fn
+        (node,) = inputs(node)
     return NotPicklableError(
         f"distribute() sends the pipeline before it to the workers, so it must pickle, but it "
         f"does not ({type(exc).__name__}: {exc}); keep locks, files, sockets and clients out "
@@ -104,6 +106,8 @@ class DistributeDataset(Dataset):
         self._speculate_after = None if speculate_after is None else float(speculate_after)
         self._lost_after = float(lost_after)
         self._shared_memory = bool(shared_memory)
+        self._parked = Parked()  # a finished iteration's shared-memory slots, for the next
+        weakref.finalize(self, self._parked.close)
         self._template()  # refuses, now, a pipeline that cannot be cut or pickled
 
     def _template(self) -> tuple:

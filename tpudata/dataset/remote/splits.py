@@ -24,12 +24,11 @@ them), and a source it cannot cut (``zip``, generators).
 from __future__ import annotations
 
 import math
-import threading
 
 from tpudata.dataset.core.base import Dataset
 from tpudata.dataset.core.block import Block
 from tpudata.dataset.core.iterator import Cursor, IterContext
-from tpudata.dataset.core.seeds import _children
+from tpudata.dataset.core.graph import inputs, replaced
 from tpudata.dataset.ops.repeat import RepeatDataset
 from tpudata.dataset.ops.shard import ShardDataset
 from tpudata.dataset.ops.shuffle import ShuffleDataset
@@ -90,11 +89,7 @@ def _input_key(node: Dataset, child: Dataset) -> str:
 
 def _with_input(node: Dataset, key: str, child: Dataset) -> Dataset:
     """A shallow copy of ``node`` reading ``child`` (the original stays as it was)."""
-    new = object.__new__(type(node))
-    new.__dict__.update(node.__dict__)
-    new.__dict__["_lock"] = threading.Lock()
-    new.__dict__[key] = child
-    return new
+    return replaced(node, **{key: child})
 
 
 def _op(node: Dataset) -> str:
@@ -130,7 +125,7 @@ def cut(ds: Dataset) -> Cut:
     """Find ``ds``'s split source; raise ``ValueError`` saying why when it has none."""
     chain, keys = [ds], []
     while True:
-        kids = _children(chain[-1])
+        kids = inputs(chain[-1])
         if not kids:
             break
         if len(kids) > 1:
@@ -259,13 +254,10 @@ class Plan:
 
     def _with_files(self, files: list) -> Dataset:
         """A copy of the record-files source reading ``files``."""
-        new = object.__new__(type(self.source))
-        new.__dict__.update(self.source.__dict__)
-        new.__dict__["_lock"] = threading.Lock()
-        new.files = list(files)
-        if "_count" in new.__dict__:
-            new._count = None
-        return new
+        changes = {"files": list(files)}
+        if "_count" in self.source.__dict__:
+            changes["_count"] = None
+        return replaced(self.source, **changes)
 
     def files(self, k: int) -> list[str]:
         """The files of split ``k`` (empty where the source is not files)."""
@@ -300,7 +292,7 @@ def instantiate(template: Dataset, part: Dataset) -> Dataset:
     shared by the splits a worker runs)."""
     ops, keys, node = [], [], template
     while not isinstance(node, SplitSource):
-        (child,) = _children(node)
+        (child,) = inputs(node)
         ops.append(node)
         keys.append(_input_key(node, child))
         node = child

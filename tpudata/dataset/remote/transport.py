@@ -44,7 +44,7 @@ from tpudata.dataset.parallel.processes import shm as _shm
 from tpudata.dataset.parallel.processes.shm import _ALIGN, _OUT_OF_BAND_MIN, _create, _lend
 from tpudata.errors import SharedMemoryFullError
 
-__all__ = ["INLINE_BYTES", "MAX_MAPPED", "PREFIX", "Transport", "encode"]
+__all__ = ["INLINE_BYTES", "MAX_MAPPED", "PREFIX", "Parked", "Transport", "encode"]
 
 PREFIX = "tpd_x"
 MAX_MAPPED = 16  # slots a worker process keeps mapped
@@ -157,6 +157,46 @@ class Transport:
             self.sweep()
             _shm.unlink(self.prefix + "m")
             self.marker = None
+
+
+class Parked:
+    """The slots a finished iteration leaves for the dataset's next one.
+
+    Every epoch is a new iteration; with new slots each time, every chunk of an epoch that has
+    as many chunks in flight as it has chunks would land in fresh pages (a fault and a zeroed
+    page each: as much CPU on the worker as the copy itself, and the more workers, the more
+    chunks in flight). A ``distribute()``d Dataset keeps one finished iteration's
+    :class:`Transport` here for the next; its segments go when the Dataset does (or at exit).
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._items: list = []
+        self._closed = False
+
+    def take(self) -> "Transport | None":
+        with self._lock:
+            while self._items:
+                t = self._items.pop()
+                if t.marker is not None and os.path.exists(os.path.join(_DIR, t.marker + "m")):
+                    return t
+                t.close()
+        return None
+
+    def put(self, t: "Transport") -> None:
+        t.sweep()
+        with self._lock:
+            if not self._closed and t.marker is not None and not self._items:
+                self._items.append(t)
+                return
+        t.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            items, self._items = self._items, []
+        for t in items:
+            t.close()
 
 
 def _sweep_dead() -> None:
