@@ -16,6 +16,10 @@
   shuffle  state size and restore time of shuffle(10,000) over ~110 KB records (local files
            and fake_gcs).
 
+tpudata runs in two processes (benchmarks/bench_common.py): as a user gets it (glibc malloc as it
+comes) first, then tuned (``tpudata.tune_malloc()``); files/filesb print both rows with TensorFlow
+(tuned settings) after them, the other sections print each process's lines under its label.
+
     python benchmarks/bench_dataset.py [--only files map ...] [--repeat 3]
 """
 
@@ -35,6 +39,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import bench_common  # noqa: E402
 import bench_read  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -43,6 +48,7 @@ from tpudata import _accel  # noqa: E402
 from tpudata.dataset import AUTOTUNE, Dataset, TFRecordDataset  # noqa: E402
 
 TOTAL_BYTES = 100 << 20
+FILE_COUNTS = (1, 16, 256)
 
 
 # -- files ----------------------------------------------------------------------------------------
@@ -117,34 +123,54 @@ TF_FILES = textwrap.dedent("""
 
 
 def bench_files(args, workload: str = "A") -> dict:
-    rows = {}
+    """In a child: this process's tpudata times per file count. In the parent: both settings'
+    rows (children), then TensorFlow's, per file count."""
+    patterns = {n: make_files(args.dir, n, workload) for n in FILE_COUNTS}
+    if args.child:
+        return {n: time_tpudata(lambda: files_pipeline(patterns[n], workload), args.repeat)
+                for n in FILE_COUNTS}
     w = bench_read.WORKLOADS[workload]
+    name = "files" if workload == "A" else "filesb"
     label = "files" if workload == "A" else "files B"
-    for n in (1, 16, 256):
-        pattern = make_files(args.dir, n, workload)
-        size = sum(os.path.getsize(p) for p in tpudata.storage.glob(pattern))
-        ours, count, cpu = time_tpudata(lambda: files_pipeline(pattern, workload), args.repeat)
-        tf_res = None if args.no_tf else bench_read.run_tf_script(
-            TF_FILES, [pattern, str(args.repeat), str(w["batch"]), json.dumps(w["spec"])])
-        row = {"files": n, "records": count, "tpudata_GBps": size / ours / 1e9, "tpudata_cpu_s": cpu}
-        line = (f"{label} {n:4d}: {count} records {size / 1e6:.0f} MB | tpudata {size / ours / 1e9:.2f} GB/s "
-                f"{count / ours / 1e6:.2f} M rec/s ({cpu:.3f} CPU s)")
-        if tf_res:
-            theirs, tcpu = min(tf_res["times"]), min(tf_res["cpus"])
-            row.update(tf_GBps=size / theirs / 1e9, ratio=theirs / ours, tf_cpu_s=tcpu,
-                       cpu_ratio=tcpu / cpu)
-            line += (f" | TensorFlow {tf_res['version']} {size / theirs / 1e9:.2f} GB/s "
-                     f"{count / theirs / 1e6:.2f} M rec/s ({tcpu:.3f} CPU s)"
-                     f" | ratio {theirs / ours:.2f}x, CPU-time ratio {tcpu / cpu:.2f}x")
-        print(line, flush=True)
+
+    def peer(rnd: int) -> dict | None:
+        return None if args.no_tf else {n: bench_read.run_tf_script(
+            TF_FILES, [patterns[n], str(args.repeat), str(w["batch"]), json.dumps(w["spec"])])
+            for n in FILE_COUNTS}
+
+    ours, peers = bench_common.run_rows(__file__, _child_argv(args, name), rounds=1, peer=peer)
+    theirs = peers[0] if peers else {}
+    rows = {}
+    for n in FILE_COUNTS:
+        size = sum(os.path.getsize(p) for p in tpudata.storage.glob(patterns[n]))
+        row: dict = {"files": n}
+        for malloc, (result,) in ours.items():  # as a user gets it first, then tuned
+            best, count, cpu = result[str(n)]
+            row["records"] = count
+            row[malloc] = {"tpudata_GBps": size / best / 1e9, "tpudata_cpu_s": cpu}
+            line = (f"{label} {n:4d}: {count} records {size / 1e6:.0f} MB | "
+                    f"{bench_common.label('tpudata', malloc)} {size / best / 1e9:.2f} GB/s "
+                    f"{count / best / 1e6:.2f} M rec/s ({cpu:.3f} CPU s)")
+            tf_res = theirs.get(n)
+            if tf_res:
+                tbest, tcpu = min(tf_res["times"]), min(tf_res["cpus"])
+                row.update(tf_GBps=size / tbest / 1e9, tf_cpu_s=tcpu)
+                row[malloc].update(ratio=tbest / best, cpu_ratio=tcpu / cpu)
+                line += f" | ratio {tbest / best:.2f}x, CPU-time ratio {tcpu / cpu:.2f}x"
+            print(line, flush=True)
+        if "tf_GBps" in row:
+            print(f"{label} {n:4d}: TensorFlow {theirs[n]['version']} {row['tf_GBps']:.2f} GB/s "
+                  f"({row['tf_cpu_s']:.3f} CPU s)", flush=True)
         rows[n] = row
-    slow = rows[1]["tpudata_GBps"] / rows[256]["tpudata_GBps"]
-    line = (f"{label}: 1 -> 256 files slows tpudata {slow:.2f}x "
-            f"(CPU time {rows[256]['tpudata_cpu_s'] / rows[1]['tpudata_cpu_s']:.2f}x)")
-    if "tf_GBps" in rows[1]:
-        line += (f", TensorFlow {rows[1]['tf_GBps'] / rows[256]['tf_GBps']:.2f}x "
-                 f"(CPU time {rows[256]['tf_cpu_s'] / rows[1]['tf_cpu_s']:.2f}x)")
-    print(line, flush=True)
+    for malloc in bench_common.SETTINGS:
+        first, last = rows[FILE_COUNTS[0]][malloc], rows[FILE_COUNTS[-1]][malloc]
+        print(f"{label}: 1 -> 256 files slows {bench_common.label('tpudata', malloc)} "
+              f"{first['tpudata_GBps'] / last['tpudata_GBps']:.2f}x "
+              f"(CPU time {last['tpudata_cpu_s'] / first['tpudata_cpu_s']:.2f}x)", flush=True)
+    if "tf_GBps" in rows[FILE_COUNTS[0]]:
+        first, last = rows[FILE_COUNTS[0]], rows[FILE_COUNTS[-1]]
+        print(f"{label}: 1 -> 256 files slows TensorFlow {first['tf_GBps'] / last['tf_GBps']:.2f}x "
+              f"(CPU time {last['tf_cpu_s'] / first['tf_cpu_s']:.2f}x)", flush=True)
     return rows
 
 
@@ -311,21 +337,37 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "tpudata-bench"))
     ap.add_argument("--no-tf", action="store_true")
+    bench_common.add_child_argument(ap)
     args = ap.parse_args(argv)
     os.makedirs(args.dir, exist_ok=True)
-    _accel.ensure_allocator_tuned()
+    if args.child:  # one section's tpudata figures in one setting, as JSON
+        bench_common.start_child(args.child)
+        return bench_common.child_result(_section(args.only[0])(args))
+    bench_common.tune_parent()  # this process measures nothing: TF's peers get the settings
     print(f"tpudata {tpudata.__version__}, accelerator {'on' if _accel.native else 'off'}, "
           f"{os.cpu_count()} cpus", flush=True)
     results = {}
     for name in args.only:
-        if name == "shuffle":
-            from bench_shuffle_state import bench_shuffle
-
-            results[name] = bench_shuffle(args)
-        else:
-            results[name] = globals()[f"bench_{name}"](args)
+        if name in ("files", "filesb"):
+            results[name] = _section(name)(args)
+            continue
+        print(f"{name}:", flush=True)
+        ours, _ = bench_common.run_rows(__file__, _child_argv(args, name), rounds=1, relay=True)
+        results[name] = {malloc: result for malloc, (result,) in ours.items()}
     print(json.dumps(results, default=str))
     return 0
+
+
+def _section(name: str):
+    if name == "shuffle":
+        from bench_shuffle_state import bench_shuffle
+
+        return bench_shuffle
+    return globals()[f"bench_{name}"]
+
+
+def _child_argv(args, name: str) -> list[str]:
+    return ["--only", name, "--repeat", str(args.repeat), "--dir", args.dir]
 
 
 if __name__ == "__main__":

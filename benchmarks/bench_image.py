@@ -19,6 +19,10 @@ Pipelines (train and eval), batches of 128, drop_remainder:
   batch     (one GIL-free C call per batch, one thread per core, written into the batch array; two
             batches in flight, so reading/parsing the next batch overlaps the kernel)
 
+Each tpudata contender runs in two processes per round (benchmarks/bench_common.py): as a user gets
+it (glibc malloc as it comes) first, then tuned (``tpudata.tune_malloc()``); TensorFlow runs with
+the tuned settings; the decode reference and --profile run in the (tuned) parent.
+
 Prints images/s (best epoch; --rounds alternate the contenders, each round a warm-up + --repeat epochs), CPU ms per image (process CPU time /
 images), core utilisation (CPU time / wall / cores), images/s per busy core, and the decode-only
 reference (full decode of every image with the chosen decoder, one thread). The machine may be
@@ -40,13 +44,16 @@ import sys
 import textwrap
 import time
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import tpudata
-import tpudata.image as ti
-from tpudata import AUTOTUNE, Dataset, FixedLenFeature, TFRecordDataset, _accel
-from tpudata.dataset import Options
-from tpudata.image.synthetic import photo_like
+import bench_common  # noqa: E402
+import numpy as np  # noqa: E402
+
+import tpudata  # noqa: E402
+import tpudata.image as ti  # noqa: E402
+from tpudata import AUTOTUNE, Dataset, FixedLenFeature, TFRecordDataset  # noqa: E402
+from tpudata.dataset import Options  # noqa: E402
+from tpudata.image.synthetic import photo_like  # noqa: E402
 
 SHARDS = 8
 BATCH = 128
@@ -55,29 +62,46 @@ OUTPUT = "0-255"  # tensorflow/tpu's output since June 2018 (the model normalise
 SPEC = {"image/encoded": FixedLenFeature([], bytes), "image/class/label": FixedLenFeature([], np.int64)}
 
 
-def make_shards(directory: str, n: int) -> str:
+def _encode_one(i: int) -> bytes:
+    """Example ``i`` (its JPEG drawn from its own seed, so any process makes the same bytes)."""
     from PIL import Image
 
+    rng = np.random.default_rng([0, i])
+    h, w = (375, 500) if rng.random() < 0.7 else (500, 375)
+    h += int(rng.integers(-40, 41))
+    w += int(rng.integers(-40, 41))
+    buf = io.BytesIO()
+    Image.fromarray(photo_like(rng, h, w)).save(buf, "JPEG", quality=90)
+    ex = {"image/encoded": buf.getvalue(), "image/format": b"JPEG", "image/class/label": int(i % 1000) + 1,
+          "image/height": h, "image/width": w, "image/channels": 3, "image/colorspace": b"RGB",
+          "image/class/synset": b"n01440764", "image/filename": f"img_{i}.JPEG".encode()}
+    return tpudata.encode_example(ex)
+
+
+def make_shards(directory: str, n: int, shards: int = SHARDS, processes: int = 1) -> str:
+    """``n`` photo-like JPEG Examples, round-robin over ``shards`` files (``processes`` encode)."""
     os.makedirs(directory, exist_ok=True)
-    pattern = os.path.join(directory, f"train-*-of-{SHARDS:05d}")
-    paths = [os.path.join(directory, f"train-{s:05d}-of-{SHARDS:05d}") for s in range(SHARDS)]
-    stamp = os.path.join(directory, f"done-{n}")
+    pattern = os.path.join(directory, f"train-*-of-{shards:05d}")
+    paths = [os.path.join(directory, f"train-{s:05d}-of-{shards:05d}") for s in range(shards)]
+    stamp = os.path.join(directory, f"done-{n}-{shards}")
     if os.path.exists(stamp):
         return pattern
-    rng = np.random.default_rng(0)
     from tqdm import tqdm
 
     writers = [tpudata.TFRecordWriter(p) for p in paths]
-    for i in tqdm(range(n), desc="writing JPEG shards", unit="img", disable=not sys.stderr.isatty()):
-        h, w = (375, 500) if rng.random() < 0.7 else (500, 375)
-        h += int(rng.integers(-40, 41))
-        w += int(rng.integers(-40, 41))
-        buf = io.BytesIO()
-        Image.fromarray(photo_like(rng, h, w)).save(buf, "JPEG", quality=90)
-        ex = {"image/encoded": buf.getvalue(), "image/format": b"JPEG", "image/class/label": int(i % 1000) + 1,
-              "image/height": h, "image/width": w, "image/channels": 3, "image/colorspace": b"RGB",
-              "image/class/synset": b"n01440764", "image/filename": f"img_{i}.JPEG".encode()}
-        writers[i % SHARDS].write(tpudata.encode_example(ex))
+    if processes > 1:
+        import multiprocessing
+
+        pool = multiprocessing.get_context("spawn").Pool(processes)
+        examples = pool.imap(_encode_one, range(n), chunksize=16)
+    else:
+        pool, examples = None, map(_encode_one, range(n))
+    for i, record in enumerate(tqdm(examples, total=n, desc="writing JPEG shards", unit="img",
+                                    disable=not sys.stderr.isatty())):
+        writers[i % shards].write(record)
+    if pool is not None:
+        pool.close()
+        pool.join()
     for w_ in writers:
         w_.close()
     open(stamp, "w").close()
@@ -304,9 +328,8 @@ TF_CONFIGS = {"tf": "autotune", "tf8": "8"}  # map(num_parallel_calls=AUTOTUNE) 
 
 
 def run_tf(python: str, pattern: str, train: bool, repeat: int, calls: str) -> dict | None:
-    env = dict(os.environ, **_accel.allocator_environ())  # the glibc settings this process runs with
     proc = subprocess.run([python, "-c", TF_SCRIPT, pattern, "1" if train else "0", str(repeat), str(SIZE), calls],
-                          capture_output=True, text=True, check=False, env=env)
+                          capture_output=True, text=True, check=False, env=bench_common.peer_environ())
     if proc.returncode:
         print(proc.stderr[-2000:], file=sys.stderr)
         return None
@@ -345,7 +368,7 @@ def summarise(name: str, res: dict, cores: int) -> dict:
     util = cpu / wall / cores
     row = {"img_s": n / wall, "cpu_ms_per_img": cpu / n * 1e3, "core_util": util,
            "img_s_per_busy_core": n / cpu}
-    print(f"  {name:<36} {row['img_s']:8.0f} img/s  {row['cpu_ms_per_img']:6.2f} CPU ms/img  "
+    print(f"  {name:<52} {row['img_s']:8.0f} img/s  {row['cpu_ms_per_img']:6.2f} CPU ms/img  "
           f"cores busy {util * 100:5.1f}%  {row['img_s_per_busy_core']:6.0f} img/s per busy core", flush=True)
     return row
 
@@ -362,6 +385,24 @@ def _fusion_option() -> bool:
     except AttributeError:
         return False
     return True
+
+
+TPUDATA_CONTENDERS = {"tpudata_batch": "tpudata batch-level op", "tpudata_map": "tpudata per-element map",
+                      "tpudata_map_unfused": "tpudata per-element, unfused"}
+
+
+def run_tpudata_round(pattern: str, train: bool, args) -> dict:
+    """One round of the tpudata contenders (in a child process: one malloc setting)."""
+    out = {}
+    wait_for_quiet(args.quiet_wait)
+    out["tpudata_batch"] = run_epochs(lambda: tpudata_batch(pattern, train, args.threads), args.repeat)
+    wait_for_quiet(args.quiet_wait)
+    out["tpudata_map"] = run_epochs(lambda: tpudata_per_element(pattern, train, args.threads), 1)
+    if _fusion_option():
+        wait_for_quiet(args.quiet_wait)
+        out["tpudata_map_unfused"] = run_epochs(
+            lambda: tpudata_per_element(pattern, train, args.threads, fused=False), 1)
+    return out
 
 
 def _default_tf_python() -> str | None:
@@ -385,10 +426,14 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true", help="also print where the batch pipeline's time goes")
     ap.add_argument("--quiet-wait", type=float, default=0.0, metavar="S",
                     help="shared machine: before each contender, wait up to S seconds for idle cores")
+    bench_common.add_child_argument(ap)
     args = ap.parse_args(argv)
-    _accel.ensure_allocator_tuned()  # a process tpudata owns (TPUDATA_MALLOC_TUNING=0: off); TF gets the same
     cores = os.cpu_count() or 1
     pattern = make_shards(args.dir, args.images)
+    if args.child:  # one round of the tpudata contenders of one mode in one setting, as JSON
+        bench_common.start_child(args.child)
+        return bench_common.child_result(run_tpudata_round(pattern, args.mode[0] == "train", args))
+    bench_common.tune_parent()  # measures no tpudata row: TF's peers get the tuned settings
     kernel = ti._backend.kernel() is not None
     print(f"tpudata {tpudata.__version__}, image kernel {'on (libjpeg-turbo)' if kernel else 'off (Pillow)'}, "
           f"{cores} cpus, {args.images} JPEGs in {SHARDS} shards, batch {BATCH}, {SIZE}x{SIZE}, "
@@ -401,36 +446,36 @@ def main(argv=None) -> int:
         train = mode == "train"
         print(f"{mode}:")
         # the machine may be shared: alternate the contenders over --rounds and keep each one's best
-        runs: dict = {"tpudata_batch": [], "tpudata_map": [], "tpudata_map_unfused": [], "tf": [], "tf8": []}
-        unfused = _fusion_option()
-        version = None
-        for _ in range(args.rounds):
-            wait_for_quiet(args.quiet_wait)
-            runs["tpudata_batch"].append(run_epochs(lambda: tpudata_batch(pattern, train, args.threads), args.repeat))
+        def peer(rnd: int) -> dict:
+            out = {}
             for key, calls in TF_CONFIGS.items():
                 if args.tf_python:
                     wait_for_quiet(args.quiet_wait)
-                    tf_res = run_tf(args.tf_python, pattern, train, args.repeat, calls)
-                    if tf_res:
-                        runs[key].append(tf_res)
-                        version = tf_res["version"]
-            wait_for_quiet(args.quiet_wait)
-            runs["tpudata_map"].append(run_epochs(lambda: tpudata_per_element(pattern, train, args.threads), 1))
-            if unfused:
-                wait_for_quiet(args.quiet_wait)
-                runs["tpudata_map_unfused"].append(
-                    run_epochs(lambda: tpudata_per_element(pattern, train, args.threads, fused=False), 1))
-        names = {"tpudata_batch": "tpudata batch-level op", "tpudata_map": "tpudata per-element map",
-                 "tpudata_map_unfused": "tpudata per-element, unfused",
-                 "tf": f"tf.data map(AUTOTUNE) (TF {version})", "tf8": f"tf.data map(8) (TF {version})"}
+                    out[key] = run_tf(args.tf_python, pattern, train, args.repeat, calls)
+            return out
+
+        child = ["--images", str(args.images), "--repeat", str(args.repeat), "--dir", args.dir,
+                 "--mode", mode, "--threads", str(args.threads), "--quiet-wait", str(args.quiet_wait)]
+        ours, theirs = bench_common.run_rows(__file__, child, rounds=args.rounds, peer=peer)
+        runs: dict = {}
+        for k in TPUDATA_CONTENDERS:
+            for malloc, per_round in ours.items():  # as a user gets it first, then tuned
+                runs[f"{k}_{malloc}"] = [r[k] for r in per_round if k in r]
+        version = None
+        for key in TF_CONFIGS:
+            runs[key] = [p[key] for p in theirs if p.get(key)]
+            version = runs[key][-1]["version"] if runs[key] else version
+        names = {f"{k}_{malloc}": bench_common.label(name, malloc)
+                 for k, name in TPUDATA_CONTENDERS.items() for malloc in bench_common.SETTINGS}
+        names.update(tf=f"tf.data map(AUTOTUNE) (TF {version})", tf8=f"tf.data map(8) (TF {version})")
         rows = {k: summarise(names[k], _merge(v), cores) for k, v in runs.items() if v}
         peers = [k for k in TF_CONFIGS if k in rows]
         if peers:
             best = max(peers, key=lambda k: rows[k]["img_s"])  # tf.data's faster configuration
             rows["tf_best"] = best
             print(f"  ratios against tf.data's faster configuration ({names[best]}):", flush=True)
-            for k in ("tpudata_batch", "tpudata_map", "tpudata_map_unfused"):
-                if k not in rows:
+            for k in names:
+                if k not in rows or k in TF_CONFIGS:
                     continue
                 rows[k]["x_tf"] = rows[k]["img_s"] / rows[best]["img_s"]
                 rows[k]["cpu_vs_tf"] = rows[k]["cpu_ms_per_img"] / rows[best]["cpu_ms_per_img"]

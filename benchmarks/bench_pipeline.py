@@ -5,7 +5,9 @@ shuffle(10,000) -> parse -> batch(drop_remainder) -> prefetch, over 4 shards of 
 benchmarks/bench_read.py (A: 4 x ~100 MB of ~110 KB records, batches of 128; B: 4 x 125,000
 Examples of 16 floats + label, batches of 1024). TensorFlow gets its fastest equivalent: parallel
 interleave, AUTOTUNE everywhere, and parsing after batching (vectorised parse_example), run in a
-subprocess with the same glibc malloc settings tpudata uses. Best of --repeat epochs after a
+subprocess with the tuned glibc malloc settings. tpudata runs in two processes per round
+(benchmarks/bench_common.py): as a user gets it (glibc malloc as it comes), then tuned
+(``tpudata.tune_malloc()``); two rounds, TensorFlow between them. Best of --repeat epochs after a
 warm-up epoch each.
 
     python benchmarks/bench_pipeline.py [--workload A B] [--repeat 3]
@@ -23,6 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import bench_common  # noqa: E402
 import bench_read  # noqa: E402
 
 import tpudata  # noqa: E402
@@ -107,7 +110,15 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "tpudata-bench"))
     ap.add_argument("--no-tf", action="store_true")
+    bench_common.add_child_argument(ap)
     args = ap.parse_args(argv)
+    if args.child:  # one process's tpudata epochs of one workload, as JSON
+        bench_common.start_child(args.child)
+        wl = args.workload[0]
+        pattern = make_shards(os.path.join(args.dir, f"pipeline_{wl.lower()}"), wl)
+        run_tpudata(pattern, wl)  # warm-up
+        return bench_common.child_result([run_tpudata(pattern, wl) for _ in range(args.repeat)])
+    bench_common.tune_parent()  # this process measures nothing: TF's peer gets the settings
     print(f"tpudata {tpudata.__version__}, accelerator {'on' if _accel.native else 'off'}, "
           f"{os.cpu_count()} cpus; pipeline: list_files -> interleave(4) -> shuffle({SHUFFLE}) -> "
           "parse -> batch(drop_remainder) -> prefetch")
@@ -115,25 +126,36 @@ def main(argv=None) -> int:
     for wl in args.workload:
         pattern = make_shards(os.path.join(args.dir, f"pipeline_{wl.lower()}"), wl)
         size = sum(os.path.getsize(p) for p in tpudata.storage.glob(pattern))
-        _accel.ensure_allocator_tuned()
-        run_tpudata(pattern, wl)  # warm-up
-        ours = [run_tpudata(pattern, wl) for _ in range(args.repeat)]
-        tf_res = None if args.no_tf else run_tf(pattern, wl, args.repeat)
-        ours += [run_tpudata(pattern, wl) for _ in range(args.repeat)]
-        best = min(t for t, _ in ours)
-        n = ours[0][1]
-        row = {"records": n, "GB": size / 1e9, "tpudata_GBps": size / best / 1e9,
-               "tpudata_Mrps": n / best / 1e6,
-               "tpudata_median_Mrps": n / statistics.median(t for t, _ in ours) / 1e6}
-        line = (f"workload {wl}: {n} records in batches, {size / 1e6:.0f} MB | tpudata "
-                f"{row['tpudata_GBps']:.2f} GB/s {row['tpudata_Mrps']:.3f} M rec/s")
+        child = ["--workload", wl, "--repeat", str(args.repeat), "--dir", args.dir]
+        rows, peers = bench_common.run_rows(
+            __file__, child, rounds=2,
+            peer=lambda rnd: None if rnd or args.no_tf else run_tf(pattern, wl, args.repeat))
+        tf_res = peers[0] if peers else None
+        tbest = min(tf_res["times"]) if tf_res else None
+        row: dict = {"GB": size / 1e9}
+        lines = []
+        for malloc, per_round in rows.items():  # as a user gets it first, then tuned
+            ours = [run for result in per_round for run in result]
+            best = min(t for t, _ in ours)
+            n = row["records"] = ours[0][1]
+            key = f"tpudata_{malloc}"
+            row[key] = {"GBps": size / best / 1e9, "Mrps": n / best / 1e6,
+                        "median_Mrps": n / statistics.median(t for t, _ in ours) / 1e6}
+            line = (f"  {bench_common.label('tpudata', malloc)}: {row[key]['GBps']:.2f} GB/s "
+                    f"{row[key]['Mrps']:.3f} M rec/s")
+            if tbest:
+                row[key]["ratio"] = tbest / best
+                line += f" | ratio {tbest / best:.2f}x"
+            lines.append(line)
+        lines.insert(0, f"workload {wl}: {row['records']} records in batches, {size / 1e6:.0f} MB")
+        lines.append(f"  as a user gets it / tuned = "
+                     f"{row['tpudata_default']['GBps'] / row['tpudata_tuned']['GBps']:.2f}")
         if tf_res:
-            tbest = min(tf_res["times"])
             row.update(tf_GBps=size / tbest / 1e9, tf_Mrps=tf_res["n"] / tbest / 1e6,
-                       ratio=tbest / best, tf_version=tf_res["version"])
-            line += (f" | TensorFlow {tf_res['version']} {row['tf_GBps']:.2f} GB/s "
-                     f"{row['tf_Mrps']:.3f} M rec/s | ratio {row['ratio']:.2f}x")
-        print(line, flush=True)
+                       tf_version=tf_res["version"])
+            lines.append(f"  TensorFlow {tf_res['version']}: {row['tf_GBps']:.2f} GB/s "
+                         f"{row['tf_Mrps']:.3f} M rec/s")
+        print("\n".join(lines), flush=True)
         results[wl] = row
     print(json.dumps(results))
     return 0

@@ -7,10 +7,10 @@ Workloads (written once into --dir and reused):
 
 tpudata runs two ways: on one thread (reader, CRC checks and parser all in the calling thread),
 and through the Dataset API (a read-ahead thread reads and checks CRCs while the calling thread
-parses); each in two processes: as a user gets it (glibc malloc as it comes) and tuned
-(``tpudata.tune_malloc()``). TensorFlow, when importable (or ``TF_PYTHON``), runs in a subprocess
-with its best pipeline (TFRecordDataset(buffer_size=8 MiB) -> batch -> map(parse_example,
-AUTOTUNE) -> prefetch), using every core, with the tuned malloc settings. Each side reports its
+parses); each in two processes (benchmarks/bench_common.py): as a user gets it (glibc malloc as
+it comes) and tuned (``tpudata.tune_malloc()``). TensorFlow, when importable (or ``TF_PYTHON``),
+runs in a subprocess with its best pipeline (TFRecordDataset(buffer_size=8 MiB) -> batch ->
+map(parse_example, AUTOTUNE) -> prefetch), using every core, with the tuned malloc settings. Each side reports its
 best of --repeat epochs after a warm-up epoch; the page cache is warm for all.
 
     python benchmarks/bench_read.py                 # both workloads
@@ -28,10 +28,13 @@ import sys
 import textwrap
 import time
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import tpudata
-from tpudata import FixedLenFeature, _accel
+import bench_common  # noqa: E402
+import numpy as np  # noqa: E402
+
+import tpudata  # noqa: E402
+from tpudata import FixedLenFeature, _accel  # noqa: E402
 
 WORKLOADS = {
     "A": {"file": "workload_a.tfrecord", "batch": 128,
@@ -88,8 +91,8 @@ def run_tpudata(path: str, workload: str, mode: str = "core") -> tuple[float, in
         from tpudata.dataset import TFRecordDataset
 
         with TFRecordDataset(path).batch(batch).parse(spec).iterator() as it:
-            while (block := it.next_block()) is not None:
-                n += len(block.element(0)[first])
+            for out in it:
+                n += len(out[first])
     return time.perf_counter() - t0, n
 
 
@@ -122,9 +125,8 @@ def run_tf_script(script: str, args: list[str]) -> dict | None:
     python = os.environ.get("TF_PYTHON") or sys.executable  # e.g. TF_PYTHON=/work/tfvenv/bin/python
     if python == sys.executable and importlib.util.find_spec("tensorflow") is None:
         return None
-    env = dict(os.environ, **_accel.allocator_environ())
     proc = subprocess.run([python, "-c", script, *args], capture_output=True, text=True,
-                          check=False, env=env)
+                          check=False, env=bench_common.peer_environ())
     if proc.returncode:
         print(proc.stderr[-2000:], file=sys.stderr)
         return None
@@ -143,19 +145,18 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "tpudata-bench"))
     ap.add_argument("--no-tf", action="store_true", help="skip the TensorFlow peer")
     ap.add_argument("--pure", action="store_true", help="use the pure Python path (no accelerator)")
-    ap.add_argument("--child", choices=["default", "tuned"], help=argparse.SUPPRESS)
+    bench_common.add_child_argument(ap)
     args = ap.parse_args(argv)
     if args.pure:
         _accel.use_native(False)
     if args.child:  # one process's tpudata rows, as JSON
-        if args.child == "tuned":
-            tpudata.tune_malloc()
+        bench_common.start_child(args.child)
         path = os.path.join(args.dir, WORKLOADS[args.workload[0]]["file"])
         run_tpudata(path, args.workload[0])  # warm-up (page cache)
-        print(json.dumps({m: [run_tpudata(path, args.workload[0], m) for _ in range(args.repeat)]
-                          for m in ("core", "dataset")}))
-        return 0
-    _accel.ensure_allocator_tuned()  # this process measures nothing: TF's peer gets the settings
+        return bench_common.child_result({m: [run_tpudata(path, args.workload[0], m)
+                                              for _ in range(args.repeat)]
+                                          for m in ("core", "dataset")})
+    bench_common.tune_parent()  # this process measures nothing: TF's peer gets the settings
     os.makedirs(args.dir, exist_ok=True)
     print(f"tpudata {tpudata.__version__}, accelerator: {'on' if _accel.native else 'off'}, "
           f"cpu count {os.cpu_count()}")
@@ -166,18 +167,18 @@ def main(argv=None) -> int:
             print(f"writing workload {wl} to {path} ...", flush=True)
             (make_a if wl == "A" else make_b)(path)
         size = os.path.getsize(path)
-        child = [sys.executable, os.path.abspath(__file__), "--workload", wl, "--repeat",
-                 str(args.repeat), "--dir", args.dir] + (["--pure"] if args.pure else [])
+        child = ["--workload", wl, "--repeat", str(args.repeat), "--dir", args.dir] + (
+            ["--pure"] if args.pure else [])
+        # tpudata before and after TF, each malloc setting in its own process
+        rows, peers = bench_common.run_rows(
+            __file__, child, rounds=2,
+            peer=lambda rnd: None if rnd or args.no_tf else run_tf(path, wl, args.repeat))
+        tf_res = peers[0] if peers else None
         ours: dict = {}
-        for rnd in range(2):  # tpudata before and after TF, each malloc setting in its own process
-            for malloc in ("default", "tuned"):
-                env = dict(os.environ, TPUDATA_MALLOC_TUNING="0")  # "default": glibc as it comes
-                out = subprocess.run(child + ["--child", malloc], capture_output=True, text=True,
-                                     check=True, env=env)
-                for m, runs in json.loads(out.stdout.strip().splitlines()[-1]).items():
+        for malloc, per_round in rows.items():
+            for result in per_round:
+                for m, runs in result.items():
                     ours.setdefault((m, malloc), []).extend(runs)
-            if rnd == 0:
-                tf_res = None if args.no_tf else run_tf(path, wl, args.repeat)
         n = ours["core", "default"][0][1]
         row = {"records": n, "MB": size / 1e6}
         tbest = min(tf_res["times"]) if tf_res else None
@@ -185,7 +186,7 @@ def main(argv=None) -> int:
         for (m, malloc), runs in sorted(ours.items()):
             label = {"core": "tpudata, one thread (read_record_batches + parse_batches)",
                      "dataset": "tpudata, Dataset (read-ahead thread + parse)"}[m]
-            label += ", as a user gets it" if malloc == "default" else ", tune_malloc()"
+            label = bench_common.label(label, malloc)
             best = min(t for t, _ in runs)
             med = statistics.median(t for t, _ in runs)
             row[f"{m}_{malloc}"] = {"GBps": size / best / 1e9, "Mrps": n / best / 1e6,
