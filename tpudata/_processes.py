@@ -1,5 +1,7 @@
-"""The processes tpudata starts: multiprocessing contexts that change no multiprocessing global,
-tpudata's own fork server, and the list of the live processes started through them.
+"""The processes tpudata starts (process maps, shard builders): the start method, the
+multiprocessing contexts that change no multiprocessing global, tpudata's own fork server, the
+list of the live processes started through them, how a worker ends when its parent dies
+(:func:`exit_with_parent`) and how workers are stopped (:func:`stop_processes`).
 
 The standard contexts change two globals of the process that uses them: the first process
 started fixes the default start method (a later ``multiprocessing.set_start_method()`` raises
@@ -17,14 +19,97 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
+import signal
 import threading
+import time
 import types
 import weakref
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["context", "fork_server_pid", "live_processes"]
+__all__ = ["PARENT_POLL_SECONDS", "context", "exit_with_parent", "fork_server_pid",
+           "live_processes", "signal_name", "start_method", "stop_processes"]
+
+PARENT_POLL_SECONDS = 0.25  # a worker notices its parent's death within this
+_STOP_GRACE_S = 0.2  # stop_processes: time for idle workers to exit before they are terminated
+_JOIN_S = 0.5  # stop_processes: time for a terminated worker to exit before it is killed
+
+
+def start_method(start_method: str | None) -> str:
+    """``start_method`` checked (None: forkserver where it exists, else spawn; never fork)."""
+    available = multiprocessing.get_all_start_methods()
+    if start_method is None:
+        return "forkserver" if "forkserver" in available else "spawn"
+    if start_method == "fork":
+        raise ValueError("start_method='fork' is refused: forking a process that runs threads or "
+                         "has JAX/torch initialised can deadlock; use 'forkserver' or 'spawn'")
+    if start_method not in ("forkserver", "spawn") or start_method not in available:
+        usable = [m for m in ("forkserver", "spawn") if m in available]
+        raise ValueError(f"start_method must be one of {usable} or None, got {start_method!r}")
+    return start_method
+
+
+def exit_with_parent(parent: int) -> None:
+    """In a worker (its first call, or a pool initializer): exit within
+    ``PARENT_POLL_SECONDS`` of process ``parent`` dying, however it dies.
+
+    A daemon thread polls: the worker's own parent changing (``os.getppid()``: a spawned
+    worker's parent, or the fork server a forked one comes from) or ``parent`` gone. Not
+    ``PR_SET_PDEATHSIG``: Linux sends that signal when the *thread* that started the worker
+    ends, which kills the workers of a pool that a short-lived thread started.
+    """
+    ppid = os.getppid()
+    if not _alive(parent):  # died before this worker started
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(PARENT_POLL_SECONDS)
+            if os.getppid() != ppid or not _alive(parent):
+                os._exit(1)  # the parent died (even by SIGKILL): its workers must not live on
+
+    threading.Thread(target=watch, name="tpudata-parent-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_processes(processes: list) -> None:
+    """Wait briefly for processes told to stop, then terminate and finally kill the rest."""
+    alive = [p for p in processes if p.is_alive()]
+    deadline = time.monotonic() + _STOP_GRACE_S
+    while alive and time.monotonic() < deadline:
+        multiprocessing.connection.wait([p.sentinel for p in alive], deadline - time.monotonic())
+        alive = [p for p in alive if p.is_alive()]
+    for p in alive:
+        p.terminate()
+    deadline = time.monotonic() + _JOIN_S
+    for p in alive:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in alive:
+        if p.is_alive():
+            logger.warning("worker process %d ignored SIGTERM; killing it", p.pid)
+            p.kill()
+            p.join()
+    for p in processes:
+        p.join()
+
+
+def signal_name(number: int) -> str:
+    """``SIGKILL`` for 9 (the number itself where it names no signal)."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
 
 # what the fork server imports once, for the workers forked from it (names: no import edge)
 _PRELOAD = ("tpudata.dataset.parallel.processes.worker", "tpudata.dataset.parallel.processes.map")

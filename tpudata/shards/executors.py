@@ -15,37 +15,12 @@ import ast
 import logging
 import os
 import sys
-import threading
-import time
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 
 from tpudata import _processes
 from tpudata.errors import MainGuardError
 
 logger = logging.getLogger(__name__)
-
-PARENT_POLL_SECONDS = 0.25
-
-
-def _watch_parent(parent: int) -> None:
-    while True:
-        if os.getppid() != parent:
-            os._exit(1)  # the builder died (even by SIGKILL): its workers must not live on
-        time.sleep(PARENT_POLL_SECONDS)
-
-
-def die_with_parent(parent: int) -> None:
-    """Pool-worker initializer: exit within ``PARENT_POLL_SECONDS`` of process ``parent`` dying.
-
-    A daemon thread polls ``os.getppid()``, which changes when the parent dies however it dies.
-    Not ``PR_SET_PDEATHSIG``: Linux sends that signal when the *thread* that spawned the worker
-    ends, which would kill the workers of a pool still in use by the rest of the process.
-    """
-    if os.getppid() != parent:  # died before this worker started
-        os._exit(1)
-    threading.Thread(target=_watch_parent, args=(parent,), name="tpudata-parent-watch",
-                     daemon=True).start()
-
 
 class InlineExecutor(Executor):
     """Runs each task in the calling thread when it is submitted (a one-worker build)."""
@@ -153,17 +128,18 @@ def make_executor(workers: int | None, tasks: int) -> tuple[Executor, int]:
 
     One worker (or one task) runs in-process. More use a process pool started with ``spawn``
     (no fork of a process that may hold gcsfs's event-loop thread or a progress-bar thread)
-    whose workers exit when this process dies, however it dies (:func:`die_with_parent`).
+    whose workers exit when this process dies, however it dies
+    (:func:`tpudata._processes.exit_with_parent`).
     """
     workers = pool_size(workers, tasks)
     if workers == 1:
         return InlineExecutor(), 1
     check_main_guard()
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=_processes.context("spawn"),
-                               initializer=die_with_parent, initargs=(os.getpid(),))
+                               initializer=_processes.exit_with_parent, initargs=(os.getpid(),))
     logger.debug("started a pool of %d worker processes", workers)
     return pool, 2 * workers
 
 
-__all__ = ["InlineExecutor", "check_main_guard", "default_workers", "die_with_parent",
-           "make_executor", "pool_size", "sends_to_processes"]
+__all__ = ["InlineExecutor", "check_main_guard", "default_workers", "make_executor", "pool_size",
+           "sends_to_processes"]

@@ -35,14 +35,12 @@ from typing import Any
 
 from tpudata._pickling import dumps_function
 from tpudata._processes import context as _context
+from tpudata._processes import signal_name as _signal_name
+from tpudata._processes import start_method as _start_method
+from tpudata._processes import stop_processes as _stop_processes
 from tpudata.dataset.parallel.processes import shm as _shm
 from tpudata.dataset.parallel.processes import worker as _procworker
 from tpudata.dataset.parallel.processes.session import Entry as _Entry, Session as _Session
-from tpudata.dataset.parallel.processes.start import (
-    signal_name as _signal_name,
-    start_method as _start_method,
-    stop_processes as _stop_processes,
-)
 from tpudata.errors import NotPicklableError, WorkerError
 
 logger = logging.getLogger(__name__)

@@ -4,28 +4,24 @@ A worker loads ``fn`` (pickled by the parent), then answers each message ``(task
 freed)`` - a chunk of input elements, and the result segments the parent has read since - with
 ``("r", task_id, payload, fn_seconds)``, one entry per element: ``(True, result)`` or ``(False,
 pickled exception, traceback text)``. ``None`` asks it to stop. A worker ends when its parent
-dies (PR_SET_PDEATHSIG on Linux, and a thread that polls the parent's pid).
+dies (:func:`tpudata._processes.exit_with_parent`).
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
 import pickle
 import signal
-import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable
 
 from tpudata import _accel
+from tpudata._processes import exit_with_parent
 from tpudata.dataset.parallel.processes import shm as _shm
 from tpudata.errors import SharedMemoryFullError
 
 __all__ = ["LEND_SLOTS", "RESULT_SLOTS", "STOP", "dumps", "main"]
 
-_PARENT_POLL_S = 1.0  # how often a worker checks that its parent still lives
 # result slots the parent may hold as the memory of results it handed out (no copy); two more
 # for results in flight, so that a worker rarely needs a one-off segment
 LEND_SLOTS = 2
@@ -41,7 +37,7 @@ def dumps(message: tuple) -> bytes:
 def main(conn, fn_bytes: bytes, segment_prefix: str, parent_pid: int) -> None:
     """The worker's entry point: load ``fn``, then serve chunks until told to stop (see above)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    _exit_with_parent(parent_pid)
+    exit_with_parent(parent_pid)
     _accel.ensure_allocator_tuned()
     try:
         fn = pickle.loads(fn_bytes)
@@ -118,29 +114,3 @@ def _send_quietly(conn, message) -> bool:
         return True
     except (OSError, EOFError):
         return False
-
-
-def _exit_with_parent(parent_pid: int) -> None:
-    """End this worker when the parent dies: PR_SET_PDEATHSIG on Linux, plus a polling thread.
-
-    With forkserver the direct parent is the fork server, which exits when the real parent does;
-    the polling thread covers the other platforms and that short chain.
-    """
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-
-    def watch() -> None:
-        while True:
-            time.sleep(_PARENT_POLL_S)
-            try:
-                os.kill(parent_pid, 0)
-            except ProcessLookupError:
-                os._exit(1)
-            except PermissionError:
-                pass
-
-    threading.Thread(target=watch, name="tpudata-parent-watch", daemon=True).start()
