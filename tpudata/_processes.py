@@ -30,7 +30,7 @@ import weakref
 logger = logging.getLogger(__name__)
 
 __all__ = ["PARENT_POLL_SECONDS", "context", "exit_with_parent", "fork_server_pid",
-           "live_processes", "signal_name", "start_method", "stop_processes"]
+           "live_processes", "pid_alive", "signal_name", "start_method", "stop_processes"]
 
 PARENT_POLL_SECONDS = 0.25  # a worker notices its parent's death within this
 _STOP_GRACE_S = 0.2  # stop_processes: time for idle workers to exit before they are terminated
@@ -61,19 +61,20 @@ def exit_with_parent(parent: int) -> None:
     ends, which kills the workers of a pool that a short-lived thread started.
     """
     ppid = os.getppid()
-    if not _alive(parent):  # died before this worker started
+    if not pid_alive(parent):  # died before this worker started
         os._exit(1)
 
     def watch() -> None:
         while True:
             time.sleep(PARENT_POLL_SECONDS)
-            if os.getppid() != ppid or not _alive(parent):
+            if os.getppid() != ppid or not pid_alive(parent):
                 os._exit(1)  # the parent died (even by SIGKILL): its workers must not live on
 
     threading.Thread(target=watch, name="tpudata-parent-watch", daemon=True).start()
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -40,6 +40,7 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
+from tpudata._processes import pid_alive
 from tpudata.dataset.parallel.processes import shm as _shm
 from tpudata.dataset.parallel.processes.shm import _ALIGN, _OUT_OF_BAND_MIN, _create, _lend
 from tpudata.errors import SharedMemoryFullError
@@ -207,18 +208,8 @@ def _sweep_dead() -> None:
         return
     for name in names:
         pid = name[len(PREFIX):].split("_", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             _shm.unlink(name)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _mapped(name: str, size: int) -> mmap.mmap:
