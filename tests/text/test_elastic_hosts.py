@@ -83,7 +83,7 @@ def test_four_three_five_hosts_with_new_weights_deliver_every_token_once(corpus,
         delivered += got
         for s in states:  # a host's position, and while it drains, the old hosts' it drains
             inner = s["cursor"]["before"]
-            sizes.append((len(json.dumps(s)), len(inner["drains"])))
+            sizes.append((len(json.dumps(s)), inner["drains"]))
         state = combine_host_states(states) if steps is not None else None
     counts: dict = {}
     for t in delivered:
@@ -94,8 +94,8 @@ def test_four_three_five_hosts_with_new_weights_deliver_every_token_once(corpus,
         assert len(epochs) == 1 and epochs != {0}, (name, sorted(epochs))  # once per epoch
         assert sum(counts.get(t, 0) for t in want) == len(want) * epochs.pop()
     assert sum(counts.values()) == len(delivered)  # nothing but the corpora's tokens
-    assert all(size < 2048 * (1 + drains) for size, drains in sizes), sizes
-    assert all(size < 2048 for size, drains in sizes if not drains), sizes
+    assert any(drains for size, drains in sizes), sizes  # hosts that drained old ones were seen
+    assert all(size < 2048 for size, drains in sizes), sizes  # < 2 KB, draining or not
 
 
 def test_a_hosts_own_state_restores_the_same_rows_and_stays_small(corpus):
@@ -129,3 +129,26 @@ def test_states_move_only_combined_and_whole(corpus):
         elastic_hosts(make, 3, 0).iterator(combine_host_states(states[:1]))
     with pytest.raises(ValueError, match="one Dataset.mix"):
         elastic_hosts(lambda n, i: Dataset.range(3), 2, 0)
+
+
+def test_a_damaged_or_hostile_packed_state_is_refused(corpus):
+    """The positions travel zlib-packed: a string that does not decode, decodes to something
+    else, or unpacks past the bound is a StateError, never a crash or a huge allocation."""
+    import base64
+    import zlib
+
+    from tpudata.dataset.ops import hosts
+
+    make = pipeline(corpus, {"web": 1, "code": 1}, {"web": True})
+    _, states = run_hosts(make, 1, None, 1)
+    inner = states[0]["cursor"]["before"]
+    bomb = base64.b85encode(zlib.compress(b"[" * (hosts.MAX_STATE_BYTES + 10), 9)).decode()
+    for packed, match in (("not b85 ~~~", "do not decode"),
+                          (base64.b85encode(b"not zlib").decode(), "do not decode"),
+                          (base64.b85encode(zlib.compress(b"[1, 2]")).decode(), "drains, main"),
+                          (bomb, "over")):
+        bad = json.loads(json.dumps(states[0]))
+        bad["cursor"]["before"]["packed"] = packed
+        with pytest.raises(StateError, match=match):
+            elastic_hosts(make, 1, 0).iterator(bad)
+    assert inner["drains"] == 0 and len(inner["packed"]) < 1024
