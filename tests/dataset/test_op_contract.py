@@ -87,3 +87,24 @@ def test_parse_after_shuffle_keeps_every_shuffle_setting(tmp_path):
     got = [int(e["x"]) for e in ds]
     assert sorted(got) == list(range(50)) and got != list(range(50))
     assert got == [int(e["x"]) for e in ds]  # reshuffle_each_iteration=False kept
+
+
+def test_a_shuffle_over_a_parse_copies_its_values_in_a_rewrite_not_when_built(tmp_path):
+    from tpudata.dataset.core.optimize import optimize
+
+    tpudata.write_shards([tpudata.encode_example({"x": i, "b": b"v%d" % i}) for i in range(40)],
+                         str(tmp_path), "t", num_shards=1, progress=False)
+    files = tpudata.storage.glob(str(tmp_path / "t-*"))
+    spec = {"x": FixedLenFeature([], np.int64), "b": FixedLenFeature([], object)}
+    ds = tpudata.TFRecordDataset(files).parse(spec).shuffle(8, seed=4)
+    assert ds.input.views is True  # the graph as written: the shuffle changed nothing
+    run = optimize(ds)
+    assert run.input.views is False and ds.input.views is True  # copied for the iteration
+    from tpudata.dataset import Options
+
+    off = Options()
+    off.experimental_optimization.shuffle_parse_copies = False
+    assert optimize(ds.with_options(off)).input.input.views is True
+    got = [(int(e["x"]), bytes(e["b"])) for e in ds]
+    assert got == [(int(e["x"]), bytes(e["b"])) for e in ds.with_options(off)]
+    assert sorted(got) == [(i, b"v%d" % i) for i in range(40)]

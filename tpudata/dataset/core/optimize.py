@@ -17,6 +17,9 @@ Rewrites registered:
   ``fn`` calls a function with a batch form (tpudata.image's presets), runs those calls as one
   batch call per batch. ``Options().experimental_optimization.map_and_batch_fusion = False``
   turns it off.
+- ``shuffle_parse_copies`` (:mod:`tpudata.dataset.ops.shuffle`): a ``parse`` under a ``shuffle``
+  copies its values out of the read buffers at once (the shuffle buffer would hold those
+  buffers alive).
 
 (``parse`` moving ahead of a directly preceding ``shuffle`` is done when the pipeline is built,
 by ``Dataset.parse``: it changes what a shuffle checkpoint names, so it is part of the graph.)

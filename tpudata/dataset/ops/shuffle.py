@@ -27,6 +27,8 @@ from tpudata import storage
 from tpudata.dataset.core.base import BlockIterator, Cursor, Dataset
 from tpudata.dataset.core.block import LEAF, Block, Origin, RecordColumn, as_column, leaf_nbytes
 from tpudata.dataset.core.fingerprint import state_tree
+from tpudata.dataset.core.graph import replaced
+from tpudata.dataset.core.optimize import rewrite
 from tpudata.dataset.core.nest import tree_to_json
 from tpudata.dataset.core.seeds import ProcessSeeded
 from tpudata.dataset.io.spill import Spills
@@ -45,11 +47,6 @@ class ShuffleDataset(ProcessSeeded, Dataset):
         self.spill_keep = None if spill_keep is None else int(spill_keep)
         if int(buffer_size) < 1:
             raise ValueError(f"shuffle buffer_size must be >= 1, not {buffer_size}")
-        from tpudata.dataset.ops.parse import ParseDataset
-
-        if type(input_ds) is ParseDataset and input_ds.views:
-            # the buffer copies each value: parse to bytes at once, not via the read buffers
-            input_ds = ParseDataset(input_ds.input, input_ds.spec, input_ds.threads, views=False)
         self.input = input_ds
         self.buffer_size = int(buffer_size)
         self.reshuffle_each_iteration = reshuffle_each_iteration
@@ -519,5 +516,18 @@ def options_for(ds: Dataset, path: str, depth: int = 0) -> dict | None:
             if found is not None:
                 return found
     return None
+
+@rewrite("shuffle_parse_copies")
+def parse_copies_under_shuffle(node, options) -> Dataset | None:
+    """A shuffle over a ``parse`` that hands out views of the read buffers: the buffer would
+    keep whole read buffers alive for a few values each, so that parse copies its values out
+    at once (the same values, order and state)."""
+    from tpudata.dataset.ops.parse import ParseDataset
+
+    if type(node) is not ShuffleDataset or type(node.input) is not ParseDataset or \
+            not node.input.views:
+        return None
+    return replaced(node, input=replaced(node.input, views=False))
+
 
 registry.provide(ShuffleDataset)
