@@ -15,6 +15,12 @@ memory held: up to ``POOL_BLOCKS`` blocks per worker (a batch and a quarter each
 main process keeps up to ``KEEP_MAPPED`` (``KEEP_MAPPED_BYTES``) mapped; when /dev/shm cannot
 hold a block (a container's 64 MB) the batch is pickled the ordinary way, with a warning.
 
+The blocks are torch's shared storages (no names: torch hands their file descriptors over, and
+nothing is left to sweep when DataLoader kills a worker); their layout, the reservation of their
+pages and the copies in and out are :mod:`tpudata._shm`'s, shared with the process map's
+transport. This module keeps what is DataLoader's: the flag byte that frees a block (its queue
+goes one way only), the worker's pool and the blocks the main process keeps mapped.
+
 >>> import pickle
 >>> b = {"n": np.arange(3), "s": np.array([b"ab", b"", b"c"], dtype=object)}
 >>> out = pickle.loads(pickle.dumps(pack(b, "list", threshold=0)))
@@ -25,22 +31,20 @@ hold a block (a container's 64 MB) the batch is pickled the ordinary way, with a
 from __future__ import annotations
 
 import collections
-import errno
 import logging
 import os
-import sys
 import threading
 
 import numpy as np
 import torch
 
-from tpudata.dataset.parallel.processes.shm import full_error
+from tpudata._shm import (ALIGN, MADV_POPULATE_READ, MADV_POPULATE_WRITE, Layout, copy_out,
+                          populate, put)
 from tpudata.dataset.core.columns import BytesColumn
 from tpudata.torch.tensors import ByteStrings, copy_column, to_torch
 
 logger = logging.getLogger(__name__)
 
-ALIGN = 64
 HEADER = ALIGN  # byte 0 of a block is its flag
 FREE, BUSY = 1, 2
 # lists of bytes below this many bytes in all are cheaper in the pickle than in shared memory
@@ -91,13 +95,8 @@ class _Planner:
 
     def __init__(self, bytes_as: str, threshold: int):
         self.bytes_as, self.threshold = bytes_as, threshold
-        self.size = HEADER
+        self.layout = Layout(HEADER)
         self.copies: list = []  # (ref, array or (items, lengths))
-
-    def _take(self, nbytes: int, align: int = ALIGN) -> int:
-        at = -(-self.size // align) * align
-        self.size = at + nbytes
-        return at
 
     def walk(self, value):
         if isinstance(value, dict):
@@ -113,7 +112,7 @@ class _Planner:
         if value.dtype.kind in "UV":
             return value.tolist()
         torch.from_numpy(np.empty(0, dtype=value.dtype))  # raises for what torch cannot hold, as to_torch does
-        ref = _Ref("t", self._take(value.nbytes), value.nbytes, 0, 0, value.dtype,
+        ref = _Ref("t", self.layout.take(value.nbytes), value.nbytes, 0, 0, value.dtype,
                    tuple(value.shape))
         self.copies.append((ref, value))
         return ref
@@ -135,36 +134,16 @@ class _Planner:
         if self.bytes_as == "list" and total < self.threshold:
             return as_list()
         num_len = 8 * (len(lengths) + 1)
-        ref = _Ref("s" if self.bytes_as == "tensor" else "l", self._take(num_len), num_len,
-                   self._take(total, 1), total, None, shape)
+        ref = _Ref("s" if self.bytes_as == "tensor" else "l", self.layout.take(num_len), num_len,
+                   self.layout.take(total, 1), total, None, shape)
         self.copies.append((ref, (items, lengths)))
         return ref
 
 
-_libc = None
-
-
-MADV_POPULATE_READ, MADV_POPULATE_WRITE = 22, 23
-
-
 def _populate(block: torch.Tensor, advice: int = MADV_POPULATE_WRITE) -> None:
-    """Fault a block's pages in with one madvise (Linux >= 5.14) instead of one trap per 4 KB
-    page; a no-op where that is not available. Raises MemoryError when /dev/shm cannot hold a
-    new block (SharedMemoryFullError; writing to it would kill the worker with SIGBUS)."""
-    global _libc
-    if not sys.platform.startswith("linux"):
-        return
-    if _libc is None:
-        import ctypes  # noqa: PLC0415
-
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    if _libc.madvise(block.data_ptr(), block.numel(), advice) != 0 and advice == MADV_POPULATE_WRITE:
-        import ctypes  # noqa: PLC0415
-
-        err = ctypes.get_errno()
-        if err in (errno.ENOMEM, errno.EFAULT, errno.ENOSPC):
-            raise full_error(block.numel())  # a MemoryError
+    """Fault a block's pages in at once (:func:`tpudata._shm.populate`); for a new block, raises
+    MemoryError when /dev/shm cannot hold it (writing to it would kill the worker with SIGBUS)."""
+    populate(block.data_ptr(), block.numel(), advice)
 
 
 class _Pool:
@@ -210,18 +189,16 @@ def pack(batch, bytes_as: str = "list", threshold: int = BYTES_THRESHOLD) -> Pac
     """
     plan = _Planner(bytes_as, threshold)
     skeleton = plan.walk(batch)
-    if plan.size == HEADER:
+    if plan.layout.size == HEADER:
         return PackedBatch(None, skeleton, bytes_as)
     try:
-        block, view = _worker_pool().take(plan.size)
+        block, view = _worker_pool().take(plan.layout.size)
     except (MemoryError, RuntimeError) as exc:  # /dev/shm full (e.g. a container's 64 MB)
         logger.warning("cannot pack a batch into shared memory (%s); pickling it instead", exc)
         return None
     for ref, value in plan.copies:
         if ref.kind == "t":
-            if value.nbytes:
-                dst = view[ref.num_at : ref.num_at + ref.num_len].view(value.dtype)
-                np.copyto(dst.reshape(value.shape), value, casting="no")
+            put(view, ref.num_at, value)
             continue
         items, lengths = value
         offsets = view[ref.num_at : ref.num_at + ref.num_len].view(np.int64)
@@ -254,13 +231,6 @@ def _keep_mapped(block: torch.Tensor) -> None:
             _mapped.popitem(last=False)
 
 
-def _copy(view: np.ndarray, at: int, nbytes: int, dtype, shape) -> np.ndarray:
-    out = np.empty(shape, dtype=dtype)
-    if nbytes:
-        out.reshape(-1).view(np.uint8)[:] = view[at : at + nbytes]
-    return out
-
-
 def _unpack(block, skeleton, bytes_as: str):
     if block is None:
         return skeleton
@@ -279,10 +249,10 @@ def _unpack(block, skeleton, bytes_as: str):
         if not isinstance(node, _Ref):
             return node
         if node.kind == "t":
-            return torch.from_numpy(_copy(view, node.num_at, node.num_len, node.dtype, node.shape))
+            return torch.from_numpy(copy_out(view, node.num_at, node.num_len, node.dtype, node.shape))
         offsets = view[node.num_at : node.num_at + node.num_len].view(np.int64)
         if node.kind == "s":
-            values = _copy(view, node.bytes_at, node.bytes_len, np.uint8, (node.bytes_len,))
+            values = copy_out(view, node.bytes_at, node.bytes_len, np.uint8, (node.bytes_len,))
             return ByteStrings(torch.from_numpy(values), torch.from_numpy(offsets.copy()))
         bounds = (offsets + node.bytes_at).tolist()
         items = [bytes(mv[a:b]) for a, b in zip(bounds, bounds[1:])]

@@ -40,23 +40,17 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
-from tpudata._processes import pid_alive
-from tpudata.dataset.parallel.processes import shm as _shm
-from tpudata.dataset.parallel.processes.shm import _ALIGN, _OUT_OF_BAND_MIN, _create, _lend
+from tpudata._shm import (SHM_DIR, aligned, close_mapping, create, lend, mapping, out_of_band,
+                          place, sweep, sweep_dead, unlink, write)
 from tpudata.errors import SharedMemoryFullError
 
 __all__ = ["INLINE_BYTES", "MAX_MAPPED", "PREFIX", "Parked", "Transport", "encode"]
 
 PREFIX = "tpd_x"
 MAX_MAPPED = 16  # slots a worker process keeps mapped
-_DIR = "/dev/shm"
 INLINE_BYTES = 64 << 10  # chunks smaller than this travel in the executor's own messages
 _LOCK = threading.Lock()
 _MAPPED: collections.OrderedDict = collections.OrderedDict()  # (worker side) name -> mmap
-
-
-def _aligned(n: int) -> int:
-    return -(-n // _ALIGN) * _ALIGN
 
 
 class Transport:
@@ -65,14 +59,14 @@ class Transport:
     def __init__(self, slot_bytes: int, max_slots: int = 8):
         self.prefix = f"{PREFIX}{os.getpid()}_{uuid.uuid4().hex[:8]}_"
         self.marker = None
-        self.size = _aligned(int(slot_bytes * 1.25) + (1 << 20))
+        self.size = aligned(int(slot_bytes * 1.25) + (1 << 20))
         self.max_slots = max_slots
         self._slots: dict = {}  # name -> (mmap, size)
         self._free: collections.deque = collections.deque()  # appended from any thread (GC)
         self._count = 0
-        if not os.path.isdir(_DIR):
+        if not os.path.isdir(SHM_DIR):
             return  # no /dev/shm to share (macOS): every chunk goes through the executor
-        _sweep_dead()
+        sweep_dead(PREFIX)
         try:
             SharedMemory(name=self.prefix + "m", create=True, size=1).close()
         except OSError:
@@ -93,13 +87,10 @@ class Transport:
         self._count += 1
         name = f"{self.prefix}s{self._count}"
         try:
-            seg = _create(name, self.size)
+            seg = create(name, self.size)
         except SharedMemoryFullError:
             return None
-        try:
-            m = mmap.mmap(seg._fd, self.size)  # noqa: SLF001 - SharedMemory keeps no public fd
-        finally:
-            seg.close()
+        m = mapping(seg, self.size)
         self._slots[name] = (m, self.size)
         return name, self.size
 
@@ -120,19 +111,18 @@ class Transport:
         if payload[0] == "r":
             _, name, data_len, layout, size = payload
             if size > self.size:
-                self.size = _aligned(int(size * 1.25))
+                self.size = aligned(int(size * 1.25))
             m = self._slots[name][0]
-            data, buffers = _lend(m, data_len, layout, lambda: self._free.append(name))
+            data, buffers = lend(m, data_len, layout, lambda: self._free.append(name))
             return pickle.loads(data, buffers=buffers)
         _, name, data_len, layout, need = payload
         seg = SharedMemory(name=name)
         try:
-            m = mmap.mmap(seg._fd, seg.size)  # noqa: SLF001
+            m = mapping(seg)
         finally:
-            seg.close()
             seg.unlink()  # the name goes now; the memory when the arrays do
         if need > self.size:  # the next slots fit chunks like this one
-            self.size = _aligned(int(need * 1.25))
+            self.size = aligned(int(need * 1.25))
         base = np.frombuffer(m, np.uint8)
         return pickle.loads(base[:data_len].tobytes(),
                             buffers=[base[start:start + n] for start, n in layout])
@@ -140,23 +130,20 @@ class Transport:
     def _drop(self, name: str) -> None:
         entry = self._slots.pop(name, None)
         if entry is not None:
-            _shm.unlink(name)
-            try:
-                entry[0].close()
-            except BufferError:  # arrays lent from it still live: unmapped when they go
-                pass
+            unlink(name)
+            close_mapping(entry[0])  # arrays lent from it keep it mapped until they go
 
     def sweep(self) -> None:
         """Remove the one-off segments of this consumer that nobody will read."""
         if self.marker is not None:
-            _shm.sweep(self.prefix + "c")
+            sweep(self.prefix + "c")
 
     def close(self) -> None:
         if self.marker is not None:
             for name in list(self._slots):
                 self._drop(name)
             self.sweep()
-            _shm.unlink(self.prefix + "m")
+            unlink(self.prefix + "m")
             self.marker = None
 
 
@@ -179,7 +166,7 @@ class Parked:
         with self._lock:
             while self._items:
                 t = self._items.pop()
-                if t.marker is not None and os.path.exists(os.path.join(_DIR, t.marker + "m")):
+                if t.marker is not None and os.path.exists(os.path.join(SHM_DIR, t.marker + "m")):
                     return t
                 t.close()
         return None
@@ -200,18 +187,6 @@ class Parked:
             t.close()
 
 
-def _sweep_dead() -> None:
-    """Remove the segments of consumers whose process is gone."""
-    try:
-        names = [n for n in os.listdir(_DIR) if n.startswith(PREFIX)]
-    except OSError:
-        return
-    for name in names:
-        pid = name[len(PREFIX):].split("_", 1)[0]
-        if pid.isdigit() and not pid_alive(int(pid)):
-            _shm.unlink(name)
-
-
 def _mapped(name: str, size: int) -> mmap.mmap:
     """(worker side) the consumer's slot ``name``, mapped once."""
     with _LOCK:
@@ -221,10 +196,7 @@ def _mapped(name: str, size: int) -> mmap.mmap:
             return m
     seg = SharedMemory(name=name)
     resource_tracker.unregister(seg._name, "shared_memory")  # noqa: SLF001 - the consumer's
-    try:
-        m = mmap.mmap(seg._fd, size)  # noqa: SLF001
-    finally:
-        seg.close()
+    m = mapping(seg, size)
     with _LOCK:
         _MAPPED[name] = m
         old = [_MAPPED.popitem(last=False)[1] for _ in range(len(_MAPPED) - MAX_MAPPED)]
@@ -233,48 +205,31 @@ def _mapped(name: str, size: int) -> mmap.mmap:
     return m
 
 
-def _write(m, data: bytes, layout: list, buffers: list) -> None:
-    m[:len(data)] = data
-    for (start, size), raw in zip(layout, buffers):
-        m[start:start + size] = raw
-
-
 def encode(blocks: list, marker: str | None, slot: tuple | None = None):
     """``blocks`` in shared memory when the consumer is here (its ``marker`` segment exists):
     in ``slot`` when they fit, else in a one-off segment; small ones, or where the consumer is
     elsewhere, the blocks themselves."""
-    if marker is None or not os.path.exists(os.path.join(_DIR, marker + "m")):
+    if marker is None or not os.path.exists(os.path.join(SHM_DIR, marker + "m")):
         return blocks
     buffers: list = []
-
-    def out_of_band(buffer: pickle.PickleBuffer) -> bool:
-        raw = buffer.raw()
-        if raw.nbytes < _OUT_OF_BAND_MIN:
-            return True  # small: inside the pickle
-        buffers.append(raw)
-        return False
-
-    data = pickle.dumps(blocks, protocol=5, buffer_callback=out_of_band)
-    layout, end = [], _aligned(len(data))
-    for raw in buffers:
-        layout.append((end, raw.nbytes))
-        end = _aligned(end + raw.nbytes)
+    data = pickle.dumps(blocks, protocol=5, buffer_callback=out_of_band(buffers))
+    layout, end = place(len(data), buffers)
     if end < INLINE_BYTES:
         return blocks  # a few pages: the executor's message is cheaper than a segment
     if slot is not None and end <= slot[1]:
         try:
-            _write(_mapped(*slot), data, layout, buffers)
+            write(_mapped(*slot), data, layout, buffers)
             return ("r", slot[0], len(data), layout, end)
         except FileNotFoundError:  # retired meanwhile: nobody would read it
             pass
     name = f"{marker}c{uuid.uuid4().hex[:12]}"
     try:
-        seg = _create(name, end)
+        seg = create(name, end)
     except SharedMemoryFullError:
         return blocks  # /dev/shm is too small for this chunk: the executor moves it
     resource_tracker.unregister(seg._name, "shared_memory")  # noqa: SLF001 - the consumer's
     try:
-        _write(seg.buf, data, layout, buffers)
+        write(seg.buf, data, layout, buffers)
     finally:
         seg.close()
     return ("s", name, len(data), layout, end)

@@ -25,7 +25,9 @@ array: the sender writes each row straight into the payload, so the rows are cop
 of being stacked first and then copied.
 
 Segment names start with the sender's prefix, so the owner can sweep away segments that a killed
-process left behind (:func:`sweep`).
+process left behind (:func:`sweep`). The segments themselves (creation with pages reserved,
+unlinking, sweeping), the layout and the out-of-band pickling are :mod:`tpudata._shm`'s, shared
+with the other transports; this module is the slots' protocol.
 
 >>> import numpy as np
 >>> sender, receiver = Sender("tpd_doc_"), Receiver()
@@ -46,28 +48,23 @@ process left behind (:func:`sweep`).
 
 from __future__ import annotations
 
-import errno
 import io
 import itertools
 import mmap
-import os
 import pickle
-import weakref
 from collections import deque
 from functools import partial
-from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
 import numpy as np
 
-from tpudata.errors import SharedMemoryFullError
+from tpudata._shm import (OUT_OF_BAND_MIN, close_mapping, create, mapping, out_of_band, place, read,
+                          sweep, unlink, unlink_segment, write)
+from tpudata._shm import lend as lend_views  # decode's argument is named lend
 
 INLINE_LIMIT = 16 * 1024  # bytes of pickle + buffers from which a payload goes through shared memory
-_OUT_OF_BAND_MIN = 4096  # numpy buffers from this size travel beside the pickle, not inside
-_ALIGN = 64
 _SLOT_GRANULE = 64 * 1024
-_SHM_DIR = "/dev/shm"
 
 # ("i", pickle_bytes, [bytearray, ...], n)                  inline
 # ("s", name, pickle_len, [(offset, size), ...], n)          one-off segment: the receiver unlinks it
@@ -75,7 +72,7 @@ _SHM_DIR = "/dev/shm"
 # n: None, or how many of the buffers are pickle's out-of-band buffers; the others hold Rows
 Payload = tuple
 
-__all__ = ["Held", "INLINE_LIMIT", "Receiver", "Rows", "Sender", "discard", "full_error", "sweep", "unlink"]
+__all__ = ["Held", "INLINE_LIMIT", "Receiver", "Rows", "Sender", "discard", "sweep", "unlink"]
 
 
 class Rows:
@@ -100,7 +97,7 @@ class Rows:
     @staticmethod
     def fit(values: list) -> Rows | None:
         """A Rows of ``values`` when they are numeric arrays (not scalars) of one shape and
-        dtype, together at least ``_OUT_OF_BAND_MIN`` bytes; else None."""
+        dtype, together at least ``OUT_OF_BAND_MIN`` bytes; else None."""
         first = values[0]
         if type(first) is not np.ndarray or first.ndim == 0 or first.dtype == object:
             return None
@@ -108,9 +105,17 @@ class Rows:
         for v in values:
             if type(v) is not np.ndarray or v.shape != shape or v.dtype != dtype:
                 return None
-        if first.nbytes * len(values) < _OUT_OF_BAND_MIN:
+        if first.nbytes * len(values) < OUT_OF_BAND_MIN:
             return None
         return Rows(values)
+
+    def write_to(self, view: memoryview) -> None:
+        """Each row into its place in ``view`` (one copy, no stacking first)."""
+        out = np.frombuffer(view, dtype=self.dtype).reshape(self.shape)
+        for k, row in enumerate(self.rows):
+            out[k] = row
+        del out
+        view.release()
 
 
 class _Pickler(pickle.Pickler):
@@ -152,34 +157,22 @@ class Sender:
         Raises whatever ``pickle`` raises for an object that does not pickle.
         """
         buffers: list[memoryview] = []
-
-        def out_of_band(buffer: pickle.PickleBuffer) -> bool:
-            raw = buffer.raw()
-            if raw.nbytes < _OUT_OF_BAND_MIN:
-                return True  # small: cheaper inside the pickle
-            buffers.append(raw)
-            return False
-
         rows: list[Rows] = []
         f = io.BytesIO()
-        _Pickler(f, out_of_band, rows).dump(obj)
+        _Pickler(f, out_of_band(buffers), rows).dump(obj)
         data = f.getvalue()
         n_plain = len(buffers) if rows else None
         raws = buffers + rows
         if len(data) + sum(r.nbytes for r in raws) < INLINE_LIMIT:
             return ("i", data, [_bytes_of(r) for r in raws], n_plain), None
-        layout = []
-        end = _aligned(len(data))
-        for r in raws:
-            layout.append((end, r.nbytes))
-            end = _aligned(end + r.nbytes)
+        layout, end = place(len(data), raws)
         slot = next((i for i, busy in enumerate(self._busy) if not busy), None)
         if slot is None:  # every slot in use: a one-off segment that the receiver unlinks
-            shm = _create(next(self._names), end)
+            shm = create(next(self._names), end)
             try:
-                _write(shm, data, layout, raws)
+                write(shm.buf, data, layout, raws)
             except BaseException:
-                _unlink_segment(shm)
+                unlink_segment(shm)
                 raise
             finally:
                 shm.close()
@@ -188,9 +181,9 @@ class Sender:
         if shm is None or shm.size < end:
             size = max(end, 2 * shm.size if shm is not None else 0)
             self._drop(slot)
-            shm = self._slots[slot] = _create(
+            shm = self._slots[slot] = create(
                 next(self._names), -(-size // _SLOT_GRANULE) * _SLOT_GRANULE)
-        _write(shm, data, layout, raws)
+        write(shm.buf, data, layout, raws)
         self._busy[slot] = True
         return ("r", slot, shm.name, len(data), layout, n_plain), slot
 
@@ -209,7 +202,7 @@ class Sender:
         if shm is not None:
             self._slots[slot] = None
             shm.close()
-            _unlink_segment(shm)
+            unlink_segment(shm)
 
 
 class Held:
@@ -285,19 +278,19 @@ class Receiver:
             shm = SharedMemory(name=name)
             try:
                 with shm.buf[:] as view:
-                    data, buffers = _read(view, data_len, layout)
+                    data, buffers = read(view, data_len, layout)
             finally:
                 shm.close()
-                _unlink_segment(shm)
+                unlink_segment(shm)
         else:
             _, slot, name, data_len, layout, n_plain = payload
             m = self._mapping(slot, name)
             if lend and layout and len(self._lent) < self.lend:
-                data, buffers = _lend(m, data_len, layout, partial(self._given_back, slot))
+                data, buffers = lend_views(m, data_len, layout, partial(self._given_back, slot))
                 self._lent.add(slot)
             else:
                 with memoryview(m) as view:
-                    data, buffers = _read(view, data_len, layout)
+                    data, buffers = read(view, data_len, layout)
                 self._returned.append(slot)
         if n_plain is None:
             return pickle.loads(data, buffers=buffers)
@@ -342,12 +335,8 @@ class Receiver:
         if mapped is not None and mapped[0] == name:
             return mapped[1]
         if mapped is not None:  # the sender grew the slot
-            _close_mapping(mapped[1])
-        shm = SharedMemory(name=name)
-        try:  # a mapping of our own, which arrays lent from it keep alive
-            m = mmap.mmap(shm._fd, shm.size)  # noqa: SLF001 - SharedMemory keeps no public fd
-        finally:
-            shm.close()
+            close_mapping(mapped[1])
+        m = mapping(SharedMemory(name=name))  # of our own, which arrays lent from it keep alive
         self._mapped[slot] = (name, m)
         return m
 
@@ -357,23 +346,8 @@ class Receiver:
             held.payload = None
         self._held.clear()
         for _, m in self._mapped.values():
-            _close_mapping(m)
+            close_mapping(m)
         self._mapped.clear()
-
-
-def _close_mapping(m: mmap.mmap) -> None:
-    try:
-        m.close()
-    except BufferError:  # arrays lent from it still live: it is unmapped when they are gone
-        pass
-
-
-def _lend(m: mmap.mmap, data_len: int, layout: list, on_free) -> tuple[bytes, list]:
-    """The pickle and views of the buffers in slot mapping ``m``; ``on_free`` runs once no
-    array made from them is left."""
-    base = np.frombuffer(m, np.uint8, count=max(start + size for start, size in layout))
-    weakref.finalize(base, on_free).atexit = False
-    return base[:data_len].tobytes(), [base[start : start + size] for start, size in layout]
 
 
 def discard(payload: Payload) -> None:
@@ -382,111 +356,10 @@ def discard(payload: Payload) -> None:
         unlink(payload[1])
 
 
-def _write(shm: SharedMemory, data: bytes, layout: list, raws: list) -> None:
-    buf = shm.buf
-    buf[: len(data)] = data
-    for (start, size), r in zip(layout, raws):
-        if type(r) is Rows:
-            _write_rows(buf[start : start + size], r)
-        else:
-            buf[start : start + size] = r
-    del buf
-
-
-def _write_rows(view: memoryview, rows: Rows) -> None:
-    """Each row into its place in ``view`` (one copy, no stacking first)."""
-    out = np.frombuffer(view, dtype=rows.dtype).reshape(rows.shape)
-    for k, row in enumerate(rows.rows):
-        out[k] = row
-    del out
-    view.release()
-
-
 def _bytes_of(r) -> bytearray:
     """An inline payload's copy of an out-of-band buffer or of :class:`Rows`."""
     if type(r) is not Rows:
         return bytearray(r)
     out = bytearray(r.nbytes)
-    _write_rows(memoryview(out), r)
+    r.write_to(memoryview(out))
     return out
-
-
-def _read(buf: memoryview, data_len: int, layout: list) -> tuple[bytes, list[bytearray]]:
-    buffers = []
-    for start, size in layout:
-        with buf[start : start + size] as view:
-            buffers.append(bytearray(view))
-    with buf[:data_len] as view:
-        data = bytes(view)
-    return data, buffers
-
-
-def unlink(name: str) -> bool:
-    """Remove the segment ``name`` if it still exists; return whether it did."""
-    try:
-        shm = SharedMemory(name=name)
-    except FileNotFoundError:
-        return False
-    shm.close()
-    return _unlink_segment(shm)
-
-
-def sweep(prefix: str) -> list[str]:
-    """Unlink every segment whose name starts with ``prefix`` (where the platform lists them).
-
-    Returns the names removed. Used after worker processes ended, to free segments a killed
-    process created but never handed over.
-    """
-    try:
-        names = [n for n in os.listdir(_SHM_DIR) if n.startswith(prefix)]
-    except OSError:  # no /dev/shm (macOS): the owner relies on what it tracked
-        return []
-    return sorted(n for n in names if unlink(n))
-
-
-def _create(name: str, size: int) -> SharedMemory:
-    """A new segment with its pages reserved now (``posix_fallocate``): where shared memory
-    cannot hold it, :class:`~tpudata.errors.SharedMemoryFullError` says so, instead of SIGBUS
-    killing the process at the first write to a page that finds no room."""
-    shm = SharedMemory(name=name, create=True, size=size)
-    fallocate = getattr(os, "posix_fallocate", None)
-    if fallocate is None or not size:
-        return shm
-    try:
-        fallocate(shm._fd, 0, size)  # noqa: SLF001 - SharedMemory keeps no public fd
-    except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
-            return shm  # a file system that cannot reserve: pages come on first write, as before
-        shm.close()
-        _unlink_segment(shm)
-        raise full_error(size) from None
-    return shm
-
-
-def full_error(size: int) -> SharedMemoryFullError:
-    """The error for a ``size``-byte segment that shared memory cannot hold (its free space said)."""
-    free = total = None
-    try:
-        st = os.statvfs(_SHM_DIR)
-        free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
-    except OSError:
-        pass
-    have = f" ({free / 1e6:.1f} MB free of {total / 1e6:.0f} MB)" if free is not None else ""
-    return SharedMemoryFullError(
-        f"shared memory {_SHM_DIR}{have} cannot hold a {size / 1e6:.1f} MB segment of elements "
-        "moving between processes; give it more room (docker run --shm-size=2g; on Kubernetes "
-        "an emptyDir with medium: Memory mounted at /dev/shm), or use fewer workers or smaller "
-        "elements", size=size, free=free)
-
-
-def _unlink_segment(shm: SharedMemory) -> bool:
-    try:
-        shm.unlink()  # also unregisters it from multiprocessing's resource tracker
-    except FileNotFoundError:
-        resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001 - keep the tracker in step
-        return False
-    return True
-
-
-def _aligned(n: int) -> int:
-    return (n + _ALIGN - 1) // _ALIGN * _ALIGN

@@ -1,0 +1,261 @@
+"""Shared-memory segments and what goes in them: the one home of the mechanism that tpudata's
+transports share (the process map's slots, :mod:`tpudata.dataset.parallel.processes.shm`; a
+distributed consumer's slots, :mod:`tpudata.dataset.remote.transport`; the torch bridge's blocks
+for DataLoader workers, :mod:`tpudata.torch.shared`). Each transport keeps only its own protocol
+(who frees what, and how it tells the other side).
+
+- **Segments**: :func:`create` reserves a new segment's pages at once, so that a full
+  ``/dev/shm`` raises :class:`~tpudata.errors.SharedMemoryFullError` (:func:`full_error`) instead
+  of SIGBUS killing the process at its first write; :func:`populate` does the same for memory
+  made elsewhere (torch's shared storages). :func:`mapping` gives a mapping of one's own that
+  arrays lent from it keep alive. :func:`unlink`, :func:`sweep` (every segment of a name prefix:
+  what killed processes left) and :func:`sweep_dead` (those whose owner's pid, in the name, is
+  gone).
+- **Layout**: pieces at ``ALIGN``-aligned offsets (:class:`Layout`, :func:`place`).
+- **Pickle protocol 5**: numpy buffers of ``OUT_OF_BAND_MIN`` bytes or more out of band
+  (:func:`out_of_band`), written beside the pickle (:func:`write`) and read back as copies
+  (:func:`read`) or as views lent from the segment (:func:`lend`).
+- **Arrays at an offset**: :func:`put` and :func:`copy_out`.
+
+>>> import numpy as np
+>>> buffers = []
+>>> data = pickle.dumps(np.arange(1000), protocol=5, buffer_callback=out_of_band(buffers))
+>>> layout, end = place(len(data), buffers)
+>>> [at % ALIGN for at, _ in layout], end % ALIGN
+([0], 0)
+>>> shm = create("tpd_doc_shm", end)
+>>> write(shm.buf, data, layout, buffers)
+>>> back_data, back = read(shm.buf, len(data), layout)
+>>> int(pickle.loads(back_data, buffers=back).sum())
+499500
+>>> shm.close(); sweep("tpd_doc_shm")
+['tpd_doc_shm']
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import pickle
+import sys
+import weakref
+from multiprocessing import resource_tracker
+from multiprocessing.shared_memory import SharedMemory
+
+import numpy as np
+
+from tpudata._processes import pid_alive
+from tpudata.errors import SharedMemoryFullError
+
+__all__ = ["ALIGN", "Layout", "OUT_OF_BAND_MIN", "SHM_DIR", "aligned", "close_mapping",
+           "copy_out", "create", "full_error", "lend", "mapping", "out_of_band", "place",
+           "populate", "put", "read", "sweep", "sweep_dead", "unlink", "unlink_segment", "write"]
+
+ALIGN = 64  # every piece of a segment starts at a multiple of this
+OUT_OF_BAND_MIN = 4096  # numpy buffers from this size travel beside the pickle, not inside
+SHM_DIR = "/dev/shm"
+MADV_POPULATE_READ, MADV_POPULATE_WRITE = 22, 23
+
+_libc = None
+
+
+def aligned(n: int, align: int = ALIGN) -> int:
+    return -(-n // align) * align
+
+
+class Layout:
+    """Places in a segment: each piece at the next multiple of its alignment after the last;
+    ``size`` is where the last one ends."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, start: int = 0):
+        self.size = start
+
+    def take(self, nbytes: int, align: int = ALIGN) -> int:
+        at = aligned(self.size, align)
+        self.size = at + nbytes
+        return at
+
+
+def place(data_len: int, buffers: list) -> tuple[list, int]:
+    """``([(offset, size), ...], end)``: the buffers after a ``data_len``-byte pickle, each
+    aligned; ``end`` (aligned) is the segment size they need."""
+    layout = Layout(data_len)
+    spans = [(layout.take(b.nbytes), b.nbytes) for b in buffers]
+    return spans, aligned(layout.size)
+
+
+def out_of_band(buffers: list):
+    """A pickle ``buffer_callback`` that appends the raw buffers of ``OUT_OF_BAND_MIN`` bytes or
+    more to ``buffers`` (they travel out of band) and leaves smaller ones in the pickle."""
+
+    def callback(buffer: pickle.PickleBuffer) -> bool:
+        raw = buffer.raw()
+        if raw.nbytes < OUT_OF_BAND_MIN:
+            return True  # small: cheaper inside the pickle
+        buffers.append(raw)
+        return False
+
+    return callback
+
+
+def write(buf, data: bytes, layout: list, buffers: list) -> None:
+    """The pickle at offset 0 of ``buf`` and each buffer at its place; a buffer with a
+    ``write_to(view)`` method (the process map's Rows) writes itself there."""
+    buf[: len(data)] = data
+    for (start, size), b in zip(layout, buffers):
+        if hasattr(b, "write_to"):
+            b.write_to(buf[start : start + size])
+        else:
+            buf[start : start + size] = b
+
+
+def read(buf: memoryview, data_len: int, layout: list) -> tuple[bytes, list[bytearray]]:
+    """The pickle and copies of its buffers (memory of this process, independent of ``buf``)."""
+    buffers = []
+    for start, size in layout:
+        with buf[start : start + size] as view:
+            buffers.append(bytearray(view))
+    with buf[:data_len] as view:
+        data = bytes(view)
+    return data, buffers
+
+
+def lend(m: mmap.mmap, data_len: int, layout: list, on_free) -> tuple[bytes, list]:
+    """The pickle and views of the buffers in mapping ``m``; ``on_free`` runs once no array made
+    from them is left."""
+    base = np.frombuffer(m, np.uint8, count=max(start + size for start, size in layout))
+    weakref.finalize(base, on_free).atexit = False
+    return base[:data_len].tobytes(), [base[start : start + size] for start, size in layout]
+
+
+def put(view: np.ndarray, at: int, array: np.ndarray) -> None:
+    """Copy ``array`` into the bytes of ``view`` (uint8) from offset ``at``."""
+    if array.nbytes:
+        dst = view[at : at + array.nbytes].view(array.dtype)
+        np.copyto(dst.reshape(array.shape), array, casting="no")
+
+
+def copy_out(view: np.ndarray, at: int, nbytes: int, dtype, shape) -> np.ndarray:
+    """A new array (memory of this process) of the ``nbytes`` of ``view`` from offset ``at``."""
+    out = np.empty(shape, dtype=dtype)
+    if nbytes:
+        out.reshape(-1).view(np.uint8)[:] = view[at : at + nbytes]
+    return out
+
+
+def create(name: str, size: int) -> SharedMemory:
+    """A new segment with its pages reserved now (``posix_fallocate``): where shared memory
+    cannot hold it, :class:`~tpudata.errors.SharedMemoryFullError` says so, instead of SIGBUS
+    killing the process at the first write to a page that finds no room."""
+    shm = SharedMemory(name=name, create=True, size=size)
+    fallocate = getattr(os, "posix_fallocate", None)
+    if fallocate is None or not size:
+        return shm
+    try:
+        fallocate(shm._fd, 0, size)  # noqa: SLF001 - SharedMemory keeps no public fd
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
+            return shm  # a file system that cannot reserve: pages come on first write, as before
+        shm.close()
+        unlink_segment(shm)
+        raise full_error(size) from None
+    return shm
+
+
+def populate(address: int, length: int, advice: int = MADV_POPULATE_WRITE) -> None:
+    """Fault the pages of memory at ``address`` in with one madvise (Linux >= 5.14) instead of one
+    trap per 4 KB page; a no-op where that is not available. For ``MADV_POPULATE_WRITE``, raises
+    :class:`~tpudata.errors.SharedMemoryFullError` (a MemoryError) when shared memory cannot hold
+    the pages (writing to them would kill the process with SIGBUS)."""
+    global _libc
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes  # noqa: PLC0415
+
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    if _libc.madvise(address, length, advice) != 0 and advice == MADV_POPULATE_WRITE:
+        if ctypes.get_errno() in (errno.ENOMEM, errno.EFAULT, errno.ENOSPC):
+            raise full_error(length)
+
+
+def full_error(size: int) -> SharedMemoryFullError:
+    """The error for a ``size``-byte segment that shared memory cannot hold (its free space said)."""
+    free = total = None
+    try:
+        st = os.statvfs(SHM_DIR)
+        free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+    except OSError:
+        pass
+    have = f" ({free / 1e6:.1f} MB free of {total / 1e6:.0f} MB)" if free is not None else ""
+    return SharedMemoryFullError(
+        f"shared memory {SHM_DIR}{have} cannot hold a {size / 1e6:.1f} MB segment of elements "
+        "moving between processes; give it more room (docker run --shm-size=2g; on Kubernetes "
+        "an emptyDir with medium: Memory mounted at /dev/shm), or use fewer workers or smaller "
+        "elements", size=size, free=free)
+
+
+def mapping(shm: SharedMemory, size: int | None = None) -> mmap.mmap:
+    """A mapping of its own of the open segment ``shm`` (``size`` bytes, default all), which
+    arrays lent from it keep alive; ``shm`` itself is closed."""
+    try:
+        return mmap.mmap(shm._fd, shm.size if size is None else size)  # noqa: SLF001 - no public fd
+    finally:
+        shm.close()
+
+
+def close_mapping(m: mmap.mmap) -> None:
+    try:
+        m.close()
+    except BufferError:  # arrays lent from it still live: it is unmapped when they are gone
+        pass
+
+
+def unlink_segment(shm: SharedMemory) -> bool:
+    """Unlink ``shm``; return whether it still existed (multiprocessing's resource tracker is
+    kept in step either way)."""
+    try:
+        shm.unlink()  # also unregisters it from multiprocessing's resource tracker
+    except FileNotFoundError:
+        resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001 - keep the tracker in step
+        return False
+    return True
+
+
+def unlink(name: str) -> bool:
+    """Remove the segment ``name`` if it still exists; return whether it did."""
+    try:
+        shm = SharedMemory(name=name)
+    except FileNotFoundError:
+        return False
+    shm.close()
+    return unlink_segment(shm)
+
+
+def sweep(prefix: str) -> list[str]:
+    """Unlink every segment whose name starts with ``prefix`` (where the platform lists them).
+
+    Returns the names removed. Used after worker processes ended, to free segments a killed
+    process created but never handed over.
+    """
+    try:
+        names = [n for n in os.listdir(SHM_DIR) if n.startswith(prefix)]
+    except OSError:  # no /dev/shm (macOS): the owner relies on what it tracked
+        return []
+    return sorted(n for n in names if unlink(n))
+
+
+def sweep_dead(prefix: str) -> None:
+    """Unlink the segments named ``<prefix><pid>_...`` whose process ``pid`` is gone."""
+    try:
+        names = [n for n in os.listdir(SHM_DIR) if n.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix):].split("_", 1)[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            unlink(name)
