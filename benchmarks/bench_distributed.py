@@ -142,8 +142,10 @@ def main() -> None:
     try:
         with Client(address) as client:
             client.wait_for_workers(args.workers)
-            contenders = {"local": lambda: pipeline(pattern),
-                          "distributed": lambda: pipeline(pattern).distribute(client)}
+            # one Dataset each, iterated once per epoch as a trainer does (list_files reshuffles
+            # every iteration, so epoch r of one equals epoch r of the other)
+            local, distributed = pipeline(pattern), pipeline(pattern).distribute(client)
+            contenders = {"local": lambda: local, "distributed": lambda: distributed}
             best: dict = {}
             outputs: dict = {}
             for r in range(args.rounds + 1):  # round 0 warms up (page cache, imports, workers)
@@ -153,7 +155,7 @@ def main() -> None:
                     outputs[name] = sums
                     if r and (name not in best or wall < best[name][0]):
                         best[name] = (wall, cpu, n)
-            assert outputs["local"] == outputs["distributed"], "the distributed batches differ"
+                assert outputs["local"] == outputs["distributed"], "the distributed batches differ"
             moved: dict = {}
             for r in range(args.rounds):
                 for shm in (True, False):
@@ -213,10 +215,10 @@ def scaling(pattern: str, sizes: list, args) -> None:
     """Images/s of the distributed pipeline on LocalClusters of ``sizes`` workers."""
     from distributed import Client
 
-    local, reference = None, None
+    local, reference, ds = None, [], pipeline(pattern)
     for r in range(args.rounds + 1):
-        wall, cpu, n, sums = epoch(pipeline(pattern))
-        reference = sums
+        wall, cpu, n, sums = epoch(ds)
+        reference.append(sums)  # epoch r's batches (list_files reshuffles every iteration)
         if r and (local is None or wall < local[0]):
             local = (wall, cpu, n)
     rows = []
@@ -226,12 +228,13 @@ def scaling(pattern: str, sizes: list, args) -> None:
             with Client(address) as client:
                 client.wait_for_workers(workers)
                 best = None
+                distributed = pipeline(pattern).distribute(client)  # as a trainer's epochs do
                 for r in range(args.rounds + 1):
                     wait_for_quiet(args.quiet_wait)
                     busy = sum(client.run(_cpu).values())
-                    wall, cpu, n, sums = epoch(pipeline(pattern).distribute(client))
+                    wall, cpu, n, sums = epoch(distributed)
                     busy = sum(client.run(_cpu).values()) - busy
-                    if sums != reference:
+                    if sums != reference[r]:
                         raise AssertionError(f"{workers} workers: the distributed batches differ")
                     if r and (best is None or wall < best[0]):
                         best = (wall, cpu, n, busy)
