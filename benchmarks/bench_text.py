@@ -12,10 +12,23 @@ corpus - and pack them into rows of ``--length`` tokens with the same packer and
   BestFitPackIterDataset`` (or FirstFit / ConcatThenSplit), with grain's default read options and
   with ``ReadOptions(num_threads=0)``; the better of the two is the peer.
 
-The rows of both sides are compared (they must be equal); then the rate is real tokens (segment id
-> 0) per CPU-second of the process (``time.process_time``: every thread counted), best of
-``--repeat``, the sides interleaved. Packing efficiency is real tokens / row capacity. A last row
-times tpudata reading the documents from a TFRecord file of Examples (``record="example"``).
+tpudata's source is built once, before any timing (``from_tensor_slices`` of a list of bytes
+copies it into a fixed-width array first: setup, not tokenize + pack; grain's
+``MapDataset.source`` only wraps the list). The rows of both sides are
+compared (they must be equal); then the rate is real tokens (segment id > 0) per CPU-second of the
+process (``time.process_time``: every thread counted), best of ``--repeat``, the sides
+interleaved. Packing efficiency is real tokens / row capacity. A last row times tpudata reading
+the documents from a TFRecord file of Examples (``record="example"``).
+
+The bound: per backend, the CPU-seconds of the tokenizer call alone over the same documents
+(already ``str``), the cheapest a user could write - ``tokenizers``: ``encode_batch_fast`` on
+blocks of tpudata's block size, ids taken out (``.ids``); SentencePiece: ``encode`` per document
+and ``encode(list)`` on such blocks (its default thread pool and one thread), each with int
+lists and, where the installed version has it, ``out_type="numpy"``: the cheapest is kept. Its
+rate counts the same real tokens (what a pipeline costing nothing but the tokenizer would reach),
+and ``bound = grain CPU / tokenizer CPU`` is the highest ratio any pipeline using that tokenizer
+could reach against grain. The cheapest call is timed again among each method's interleaved
+runs (its best of all of them is the one used), so the bound sees the load the pipelines saw.
 
     python benchmarks/bench_text.py [--docs 8000] [--length 1024] [--bins 64] [--repeat 3]
         [--backends tokenizers sentencepiece] [--methods best_fit first_fit concat_then_split]
@@ -36,6 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tpudata.dataset import Dataset, TFRecordDataset  # noqa: E402
 from tpudata.text import pack, tokenize  # noqa: E402
+from tpudata.text.tokenize import BLOCK_DOCS  # noqa: E402
 
 
 def corpus(n: int, seed: int = 0) -> list[bytes]:
@@ -111,6 +125,54 @@ def tpudata_pipeline(source, tok, bos, eos, args, method, record=None):
     return pack(ids, {"tokens": args.length}, method=method, **kw)
 
 
+def tokenizer_calls(backend: str, tok, texts: list[bytes], block: int) -> dict:
+    """``{name: function}``: the ways of calling the tokenizer alone over ``texts`` (decoded
+    here, before timing), each returning the ids of every document."""
+    strs = [t.decode("utf-8") for t in texts]
+    blocks = [strs[i:i + block] for i in range(0, len(strs), block)]
+    if backend == "tokenizers":
+        fast = tok.encode_batch_fast
+        return {f"encode_batch_fast({block} docs)": lambda: [
+            e.ids for b in blocks for e in fast(b, add_special_tokens=False)]}
+    encode = tok.encode
+    calls = {"encode per document": lambda: [encode(s) for s in strs],
+             f"encode(list of {block})": lambda: [x for b in blocks for x in encode(b)],
+             f"encode(list of {block}, num_threads=1)": lambda: [
+                 x for b in blocks for x in encode(b, num_threads=1)]}
+    try:
+        encode([""], out_type="numpy")
+    except (ValueError, TypeError):  # sentencepiece before 0.2.1: int lists only
+        return calls
+    calls.update({
+        "encode per document, numpy": lambda: [encode(s, out_type="numpy") for s in strs],
+        f"encode(list of {block}), numpy": lambda: [
+            x for b in blocks for x in encode(b, out_type="numpy")],
+        f"encode(list of {block}, num_threads=1), numpy": lambda: [
+            x for b in blocks for x in encode(b, out_type="numpy", num_threads=1)]})
+    return calls
+
+
+def tokenizer_alone(backend: str, tok, texts: list[bytes],
+                    repeat: int) -> tuple[str, float, dict, dict]:
+    """``(cheapest call, its CPU seconds, {call: CPU seconds}, {call: function})``, best of
+    ``repeat`` each, the calls interleaved; they are checked to give the same ids."""
+    calls = tokenizer_calls(backend, tok, texts, BLOCK_DOCS)
+    best = {name: float("inf") for name in calls}
+    ids = {}
+    for _ in range(repeat):
+        for name, call in calls.items():
+            c0 = time.process_time()
+            got = call()
+            best[name] = min(best[name], time.process_time() - c0)
+            ids[name] = got
+    first = next(iter(ids.values()))
+    for name, got in ids.items():
+        assert len(got) == len(first) and all(
+            np.array_equal(a, b) for a, b in zip(got, first)), (backend, name)
+    name = min(best, key=best.get)
+    return name, best[name], best, calls
+
+
 def run(make) -> tuple[float, list]:
     """(CPU seconds, rows) of one pass over the pipeline ``make()`` builds."""
     c0 = time.process_time()
@@ -138,24 +200,32 @@ def main() -> None:
     print(f"corpus: {len(texts)} documents, {sum(map(len, texts)) / 1e6:.1f} MB; rows of "
           f"{args.length} tokens, {args.bins} bins; CPU = process_time (all threads)")
     header = ("backend", "method", "tpudata Mtok/CPU-s", "grain Mtok/CPU-s", "ratio",
-              "efficiency tpudata", "efficiency grain best-fit")
+              "tokenizer alone Mtok/CPU-s", "bound", "efficiency tpudata",
+              "efficiency grain best-fit")
     table = []
     best_fit_eff = {}
+    source = Dataset.from_tensor_slices(texts)  # built once: setup, not tokenize + pack
+    alone = {}
     for backend in args.backends:
         tok, bos, eos = toks[backend]
+        call, tok_cpu, costs, calls = tokenizer_alone(backend, tok, texts, args.repeat)
+        alone[backend] = call
+        print(f"  {backend:13s} tokenizer alone: " + "; ".join(
+            f"{k} {v:.3f} CPU-s" for k, v in costs.items()) + f" -> {call}", flush=True)
         for method in args.methods:
-            ours = lambda: tpudata_pipeline(Dataset.from_tensor_slices(texts), tok, bos, eos,  # noqa: E731
-                                            args, method)
+            ours = lambda: tpudata_pipeline(source, tok, bos, eos, args, method)  # noqa: E731
             peers = {threads: (lambda t=threads: grain_pipeline(texts, backend, tok, bos, eos,
                                                                 args, method, t))
                      for threads in (None, 0)}
-            best = {"tpudata": float("inf"), None: float("inf"), 0: float("inf")}
+            best = {"tpudata": float("inf"), None: float("inf"), 0: float("inf"),
+                    "alone": tok_cpu}
             rows = {}
             for _ in range(args.repeat):
-                for name, make in (("tpudata", ours), *peers.items()):
+                for name, make in (("tpudata", ours), *peers.items(), ("alone", calls[call])):
                     cpu, got = run(make)
                     best[name] = min(best[name], cpu)
                     rows[name] = got
+            alone_cpu = best["alone"]  # the cheapest call, timed again among the pipelines
             for name in (None, 0):
                 assert len(rows[name]) == len(rows["tpudata"]), (method, name)
                 for a, b in zip(rows["tpudata"], rows[name]):
@@ -166,11 +236,14 @@ def main() -> None:
                 best_fit_eff[backend] = eff
             peer = min(best[None], best[0])
             table.append([backend, method, n / best["tpudata"] / 1e6, n / peer / 1e6,
-                          peer / best["tpudata"], eff])
+                          peer / best["tpudata"], n / alone_cpu / 1e6, peer / alone_cpu, eff])
             print(f"  {backend:13s} {method:17s} tpudata {n / best['tpudata'] / 1e6:5.2f} "
                   f"grain {n / peer / 1e6:5.2f} Mtok/CPU-s (grain default threads "
                   f"{n / best[None] / 1e6:.2f}, num_threads=0 {n / best[0] / 1e6:.2f}); "
-                  f"ratio {peer / best['tpudata']:.2f}x; efficiency {eff:.3f}", flush=True)
+                  f"ratio {peer / best['tpudata']:.2f}x; tokenizer alone "
+                  f"{n / alone_cpu / 1e6:.2f} Mtok/CPU-s, bound {peer / alone_cpu:.2f}x "
+                  f"(tpudata's CPU {alone_cpu / best['tpudata']:.0%} tokenizer); "
+                  f"efficiency {eff:.3f}", flush=True)
     for row in table:
         row.append(best_fit_eff.get(row[0], float("nan")))
 
@@ -183,15 +256,17 @@ def main() -> None:
         cpu = min(run(lambda: tpudata_pipeline(TFRecordDataset(path), tok, bos, eos, args,
                                                "best_fit", record="example"))[0]
                   for _ in range(args.repeat))
-        n = real_tokens(list(tpudata_pipeline(Dataset.from_tensor_slices(texts), tok, bos, eos,
-                                              args, "best_fit")))
+        n = real_tokens(list(tpudata_pipeline(source, tok, bos, eos, args, "best_fit")))
         tfrecord = n / cpu / 1e6
 
     print()
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    for backend, method, a, b, ratio, eff, gbf in table:
-        print(f"| {backend} | {method} | {a:.2f} | {b:.2f} | {ratio:.2f}x | {eff:.3f} | {gbf:.3f} |")
+    for backend, method, a, b, ratio, t, bound, eff, gbf in table:
+        print(f"| {backend} | {method} | {a:.2f} | {b:.2f} | {ratio:.2f}x | {t:.2f} | "
+              f"{bound:.2f}x | {eff:.3f} | {gbf:.3f} |")
+    print("\ntokenizer alone, the cheapest call: " + "; ".join(
+        f"{backend}: {name}" for backend, name in alone.items()))
     print(f"\ntpudata from a TFRecord file of Examples ({args.backends[0]}, best_fit, read + parse "
           f"included): {tfrecord:.2f} Mtok/CPU-s")
 

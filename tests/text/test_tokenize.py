@@ -143,6 +143,47 @@ def test_long_documents_are_chunked_truncated_or_reported(overflow):
     assert len(out) == (1 + 4 if overflow == "chunk" else 2)
 
 
+@pytest.mark.parametrize("overflow", ["chunk", "truncate", "error"])
+@pytest.mark.parametrize("specials", [(None, None), (1, None), (None, 2), (1, 2)])
+@pytest.mark.parametrize("kind", ["lists", "int32 arrays", "int64 arrays"])
+def test_shaped_column_is_shape_ids_then_pieces_column(overflow, specials, kind):
+    from tpudata.text.tokenize import pieces_column, shape_ids, shaped_column
+
+    rng = np.random.default_rng(7)
+    ids = [rng.integers(0, 1000, n).tolist() for n in (0, 3, 6, 7, 8, 13, 19, 1, 6)]
+    if kind != "lists":
+        ids = [np.asarray(x, np.int32 if kind == "int32 arrays" else np.int64) for x in ids]
+    bos, eos = specials
+    for max_length in (None, 8, 8 + 8 * (overflow == "error") * 2):
+        if overflow == "error" and max_length == 8:
+            with pytest.raises(tpudata.errors.PackingError) as want_err:
+                shape_ids(ids, bos, eos, max_length, overflow)
+            with pytest.raises(tpudata.errors.PackingError) as got_err:
+                shaped_column(ids, bos, eos, max_length, overflow)
+            assert str(got_err.value) == str(want_err.value)
+            continue
+        pieces, reps = shape_ids(ids, bos, eos, max_length, overflow)
+        col, got_reps = shaped_column(ids, bos, eos, max_length, overflow)
+        assert [x.tolist() for x in col] == [list(map(int, p)) for p in pieces]
+        assert all(x.dtype == np.int32 for x in col)
+        assert [x.tolist() for x in col] == [x.tolist() for x in pieces_column(pieces)]
+        want = np.ones(len(ids), np.int64) if reps is None else reps
+        assert (np.ones(len(ids), np.int64) if got_reps is None else got_reps).tolist() == \
+            want.tolist()
+
+
+def test_sentencepiece_long_documents_chunk_as_its_ids_do(sp_processor):
+    texts = [" ".join(SENTENCES[: 1 + i % 7]) for i in range(40)]
+    ds = Dataset.from_tensor_slices([t.encode() for t in texts])
+    got = [e["tokens"].tolist() for e in tokenize(ds, sp_processor, add_bos=True, add_eos=True,
+                                                  max_length=9, block_docs=16)]
+    want = []
+    for t in texts:
+        x = sp_processor.encode(t)
+        want += [[1] + x[i:i + 7] + [2] for i in range(0, max(len(x), 1), 7)]
+    assert got == want
+
+
 def test_a_length_without_room_besides_bos_eos_is_refused():
     with pytest.raises(TokenizerError, match="max_length=2 leaves no room"):
         tokenize(Dataset.range(1), chars, add_bos=1, add_eos=2, max_length=2)

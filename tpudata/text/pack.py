@@ -153,7 +153,15 @@ class PackDataset(_Unary):
                 for f in self.features:
                     if f"{f}_segment_ids" in row:
                         row[f"{f}_loss_mask"] = loss_mask(row[f"{f}_segment_ids"], self.loss_mask)
-        tree, _ = flatten(rows[0])
+        first = rows[0]
+        keys = tuple(sorted(first))
+        if all(type(first[k]) is np.ndarray for k in keys):  # the packers' rows: flat, arrays
+            if len(rows) == 1:  # the row's own arrays (fresh, not shared) with a leading axis
+                leaves = [first[k][None] for k in keys]
+            else:
+                leaves = [np.stack([r[k] for r in rows]) for k in keys]
+            return Block(Tree("dict", keys, [LEAF] * len(keys)), leaves, len(rows))
+        tree, _ = flatten(first)
         return Block.from_elements(tree, [flatten(r)[1] for r in rows])
 
 

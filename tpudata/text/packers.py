@@ -24,6 +24,8 @@ EMPTY = (-1, -1)  # a whole feature (grain's _EMPTY_SLICE)
 
 
 def length_of(x) -> int:
+    if type(x) is np.ndarray:  # the common case, without np.ndim's dispatch
+        return len(x) if x.ndim else 1
     return 1 if np.ndim(x) == 0 else len(x)
 
 
@@ -143,8 +145,9 @@ class _Piece:
 
     def sliced(self, key: str):
         feature = self.features[key]
-        if np.ndim(feature) != 0 and key in self.slices and self.slices[key] != EMPTY:
-            start, stop = self.slices[key]
+        sl = self.slices.get(key, EMPTY)
+        if sl != EMPTY and (feature.ndim if type(feature) is np.ndarray else np.ndim(feature)):
+            start, stop = sl
             return feature[start:stop]
         return feature
 

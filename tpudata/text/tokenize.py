@@ -84,8 +84,7 @@ class TokenizeDataset(_Unary):
     def process(self, block: Block, start: int) -> Block | None:
         if self.stage == "shape":
             col = leaf_column(block, self.output)
-            values = [v.tolist() if isinstance(v, np.ndarray) else list(v) for v in _items(col)]
-            return self._shaped(block, values, start, self.output)
+            return self._shaped(block, _items(col), start, self.output)
         texts, block, _ = extract(block, self.feature, self.record, self.join, start,
                                   self.skip_invalid)
         key = self.feature if block.tree.kind == "dict" else None
@@ -93,17 +92,89 @@ class TokenizeDataset(_Unary):
             col = np.empty(len(texts), dtype=object)
             col[:] = [t.encode("utf-8") for t in texts]
             return _replaced(block, key, self.output, col)
-        ids = self.tokenizer.encode_batch(texts) if texts else []
+        ids = self.tokenizer.encode_ids(texts) if texts else []
         return self._shaped(block, ids, start, key)
 
     def _shaped(self, block: Block, ids: list, start: int, key: str | None) -> Block | None:
-        pieces, reps = shape_ids(ids, self.bos, self.eos, self.max_length, self.overflow,
-                                 lambda r: where(None, r, start + r))
-        if not pieces:
+        column, reps = shaped_column(ids, self.bos, self.eos, self.max_length, self.overflow,
+                                     lambda r: where(None, r, start + r))
+        if not len(column):
             return None
         if reps is not None:
             block = block.take(np.repeat(np.arange(block.n), reps))
-        return _replaced(block, key, self.output, pieces_column(pieces))
+        return _replaced(block, key, self.output, column)
+
+
+def _too_long(ids: list, room: int, max_length: int, named) -> None:
+    for r, x in enumerate(ids):
+        if len(x) > room:
+            where_ = named(r)[1] if named else f"document {r}"
+            raise PackingError(
+                f"{where_} has {len(x)} tokens: more than max_length={max_length} holds with "
+                f"BOS/EOS; overflow='chunk' splits it, 'truncate' keeps its start")
+
+
+def shaped_column(ids: list, bos: int | None, eos: int | None, max_length: int | None,
+                  overflow: str, named=None) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`shape_ids` then :func:`pieces_column` in one pass (the same column and counts,
+    except None for the counts when every document gave one sequence): int32 arrays are joined
+    with ``np.concatenate`` and lists into one list, never an element at a time."""
+    pre = [] if bos is None else [bos]
+    post = [] if eos is None else [eos]
+    room = None if max_length is None else max_length - len(pre) - len(post)
+    if room is not None and overflow == "error":
+        _too_long(ids, room, max_length, named)
+        room = None
+    chunk = room is not None and overflow == "chunk"
+    reps = None
+    if chunk and any(len(x) > room for x in ids):
+        reps = np.fromiter((max(1, -(-len(x) // room)) for x in ids), np.int64, len(ids))
+    arrays = all(type(x) is np.ndarray and x.dtype == np.int32 and x.ndim == 1 for x in ids)
+    lengths: list = []
+    if arrays:
+        parts: list = []
+        head, tail = np.asarray(pre, np.int32), np.asarray(post, np.int32)
+        for x in ids:
+            n = len(x)
+            if room is None or n <= room:
+                parts += (head, x, tail)
+                lengths.append(n)
+            elif not chunk:
+                parts += (head, x[:room], tail)
+                lengths.append(room)
+            else:
+                for i in range(0, n, room):
+                    parts += (head, x[i:i + room], tail)
+                    lengths.append(min(room, n - i))
+        flat = np.concatenate(parts) if parts else np.empty(0, np.int32)
+    else:
+        values: list = []
+        for x in ids:
+            if isinstance(x, np.ndarray):
+                x = x.tolist()
+            n = len(x)
+            if room is None or n <= room:
+                values += pre
+                values += x
+                values += post
+                lengths.append(n)
+            elif not chunk:
+                values += pre
+                values += x[:room]
+                values += post
+                lengths.append(room)
+            else:
+                for i in range(0, n, room):
+                    values += pre
+                    values += x[i:i + room]
+                    values += post
+                    lengths.append(min(room, n - i))
+        flat = np.fromiter(values, np.int32, len(values))
+    extra = len(pre) + len(post)
+    ends = np.cumsum(np.asarray(lengths, np.int64) + extra).tolist()
+    col = np.empty(len(lengths), dtype=object)
+    col[:] = [flat[a:b] for a, b in zip([0] + ends[:-1], ends)]
+    return col, reps
 
 
 def shape_ids(ids: list, bos: int | None, eos: int | None, max_length: int | None,
@@ -118,12 +189,7 @@ def shape_ids(ids: list, bos: int | None, eos: int | None, max_length: int | Non
     if overflow == "truncate":
         return [pre + list(x[:room]) + post for x in ids], None
     if overflow == "error":
-        for r, x in enumerate(ids):
-            if len(x) > room:
-                where_ = named(r)[1] if named else f"document {r}"
-                raise PackingError(
-                    f"{where_} has {len(x)} tokens: more than max_length={max_length} holds with "
-                    f"BOS/EOS; overflow='chunk' splits it, 'truncate' keeps its start")
+        _too_long(ids, room, max_length, named)
         return [pre + list(x) + post for x in ids], None
     out, reps = [], np.empty(len(ids), dtype=np.int64)
     for r, x in enumerate(ids):
@@ -210,7 +276,7 @@ class _EncodeOne:
 
     def __call__(self, element: dict) -> dict:
         out = dict(element)
-        ids = self.tokenizer.encode_batch([element[self.key].decode("utf-8")])[0]
+        ids = self.tokenizer.encode_ids([element[self.key].decode("utf-8")])[0]
         out[self.key] = np.asarray(ids, dtype=np.int32)
         return out
 
@@ -268,4 +334,5 @@ def tokenize(ds: Dataset, tokenizer: Any, *, feature: str | None = None,
     return TokenizeDataset(ids, tok, "shape", output=out, threads=0, **args)
 
 
-__all__ = ["OVERFLOW", "TokenizeDataset", "pieces_column", "shape_ids", "tokenize"]
+__all__ = ["OVERFLOW", "TokenizeDataset", "pieces_column", "shape_ids", "shaped_column",
+           "tokenize"]

@@ -70,14 +70,28 @@ class Tokenizer:
             self._encode = fast if fast is not None else impl.encode_batch
         elif backend == "sentencepiece":
             self._encode = impl.encode
+            self._sp_batch, self._sp_numpy = _sentencepiece_calls(impl)
 
     def encode_batch(self, texts: Sequence[str]) -> list:
         """Token ids of each text (lists, or arrays), no special tokens added."""
+        if self.backend == "sentencepiece":
+            return [x.tolist() if not isinstance(x, list) else x for x in self.encode_ids(texts)]
+        return self.encode_ids(texts)
+
+    def encode_ids(self, texts: Sequence[str]) -> list:
+        """:meth:`encode_batch`, with int32 arrays instead of lists where the library gives
+        them (SentencePiece >= 0.2.1): what the tokenize op uses."""
         if self.backend == "tokenizers":
             return [e.ids for e in self._encode(list(texts), add_special_tokens=False)]
-        if self.backend == "sentencepiece":  # one call per text: each releases the GIL, and
-            encode = self._encode  # costs less CPU than the batch call's thread pool
-            return [encode(t) for t in texts]
+        if self.backend == "sentencepiece":
+            encode = self._encode
+            if not self._sp_batch:  # one call per text
+                return [encode(t) for t in texts]
+            # one call for the block, on one thread (it releases the GIL: the op's own threads
+            # spread blocks over cores): less CPU than a call per text or than its thread pool
+            if self._sp_numpy:
+                return encode(list(texts), out_type="numpy", num_threads=1)
+            return encode(list(texts), num_threads=1)
         return list(self.impl(list(texts)))
 
     def token_id(self, token: str) -> int | None:
@@ -130,6 +144,21 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"<Tokenizer {self.backend}>"
+
+
+def _sentencepiece_calls(impl) -> tuple[bool, bool]:
+    """Whether this SentencePiece takes ``encode(list, num_threads=1)``, and whether it also
+    takes ``out_type="numpy"`` (int32 arrays, 0.2.1 on)."""
+    try:
+        impl.encode(["a"], out_type="numpy", num_threads=1)
+        return True, True
+    except (TypeError, ValueError, RuntimeError):
+        pass
+    try:
+        impl.encode(["a"], num_threads=1)
+        return True, False
+    except (TypeError, ValueError, RuntimeError):
+        return False, False
 
 
 def _rebuild(backend: str, model: bytes) -> Tokenizer:
