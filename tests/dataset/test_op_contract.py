@@ -108,3 +108,16 @@ def test_a_shuffle_over_a_parse_copies_its_values_in_a_rewrite_not_when_built(tm
     got = [(int(e["x"]), bytes(e["b"])) for e in ds]
     assert got == [(int(e["x"]), bytes(e["b"])) for e in ds.with_options(off)]
     assert sorted(got) == [(i, b"v%d" % i) for i in range(40)]
+
+
+def test_from_tensor_slices_keeps_python_bytes_whole():
+    """A list of bytes becomes an object column: numpy's fixed-width 'S' would silently drop
+    trailing NUL bytes (and pad every value to the longest)."""
+    values = [b"ab\x00", b"c\x00\x00", b"", b"\x00"]
+    assert [bytes(x) for x in Dataset.from_tensor_slices(values)] == values
+    got = list(Dataset.from_tensor_slices({"t": [b"x\x00", "é"], "n": [1, 2]}))
+    assert [bytes(e["t"]) for e in got] == [b"x\x00", "é".encode()]
+    nested = [[b"a", b"b\x00"], [b"c", b"d"]]
+    assert [x.tolist() for x in Dataset.from_tensor_slices(nested)] == nested
+    with pytest.raises(TypeError, match="flat index 1"):
+        Dataset.from_tensor_slices([b"a", 3])

@@ -30,7 +30,26 @@ logger = logging.getLogger(__name__)
 BLOCK_ELEMENTS = 65536
 
 
+def _first_leaf(value):
+    while isinstance(value, (list, tuple)) and value:
+        value = value[0]
+    return value
+
+
 def _to_column(value) -> np.ndarray:
+    if isinstance(value, (list, tuple)) and isinstance(_first_leaf(value), (bytes, str)):
+        # Python strings: straight into an object array (numpy's fixed-width 'S' would drop
+        # trailing NUL bytes and pad every value to the longest one)
+        arr = np.empty(np.shape(np.array(value, dtype=object)), dtype=object)
+        arr[...] = value if arr.ndim > 1 else list(value)
+        flat = arr.ravel()
+        for i, v in enumerate(flat.tolist()):
+            if isinstance(v, str):
+                flat[i] = v.encode("utf-8")
+            elif not isinstance(v, bytes):
+                raise TypeError(f"from_tensor_slices: a list of strings holds a "
+                                f"{type(v).__name__} at flat index {i}: give one kind of value")
+        return arr
     arr = np.asarray(value)
     if arr.dtype.kind == "U":  # strings become bytes, as tf.string elements do
         out = np.empty(arr.shape, dtype=object)
