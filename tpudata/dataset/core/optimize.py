@@ -80,7 +80,7 @@ def _visit(node: Dataset, active: list, options, memo: dict, depth: int) -> Data
             if new is not value:
                 changes[key] = new
         if changes and not getattr(node, "_keeps_state", False):
-            out = _copy(node, changes)
+            out = replaced(node, **changes)  # a copy for this iteration
     for fn in active:
         new = fn(out, options)
         if new is not None:
@@ -103,7 +103,3 @@ def _visit_value(value, active: list, options, memo: dict, depth: int):
         return value if all(new[k] is value[k] for k in value) else new
     return value
 
-
-def _copy(node: Dataset, changes: dict) -> Dataset:
-    """A shallow copy of ``node`` with ``changes`` to its attributes, for one iteration."""
-    return replaced(node, **changes)

@@ -69,8 +69,11 @@ def _unpack(text) -> dict:
 
 
 def _positions(state: dict) -> dict:
-    """``{"drains", "main"}`` of a host's state (packed, or as older states held them)."""
-    return _unpack(state["packed"]) if "packed" in state else state
+    """``{"drains", "main"}`` of a host's state."""
+    if not isinstance(state.get("packed"), str):
+        raise StateError("elastic_hosts: the state holds no packed positions: not a state of "
+                         "this op")
+    return _unpack(state["packed"])
 
 
 def _mix_states(obj) -> list:

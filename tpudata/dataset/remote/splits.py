@@ -87,11 +87,6 @@ def _input_key(node: Dataset, child: Dataset) -> str:
     raise RuntimeError(f"{type(node).__name__} holds its input in no attribute")  # pragma: no cover
 
 
-def _with_input(node: Dataset, key: str, child: Dataset) -> Dataset:
-    """A shallow copy of ``node`` reading ``child`` (the original stays as it was)."""
-    return replaced(node, **{key: child})
-
-
 def _op(node: Dataset) -> str:
     return node._describe()
 
@@ -117,7 +112,7 @@ class Cut:
 
 def _rebuild(ops: list, keys: list, child: Dataset) -> Dataset:
     for node, key in zip(reversed(ops), reversed(keys)):
-        child = _with_input(node, key, child)
+        child = replaced(node, **{key: child})  # a copy: the template stays as it was
     return child
 
 

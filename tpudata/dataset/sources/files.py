@@ -40,15 +40,16 @@ def _to_column(value) -> np.ndarray:
     if isinstance(value, (list, tuple)) and isinstance(_first_leaf(value), (bytes, str)):
         # Python strings: straight into an object array (numpy's fixed-width 'S' would drop
         # trailing NUL bytes and pad every value to the longest one)
-        arr = np.empty(np.shape(np.array(value, dtype=object)), dtype=object)
-        arr[...] = value if arr.ndim > 1 else list(value)
+        arr = np.array(value, dtype=object)
         flat = arr.ravel()
         for i, v in enumerate(flat.tolist()):
             if isinstance(v, str):
                 flat[i] = v.encode("utf-8")
             elif not isinstance(v, bytes):
+                why = ("its rows differ in length: give rows of one length"
+                       if isinstance(v, (list, tuple)) else "give one kind of value")
                 raise TypeError(f"from_tensor_slices: a list of strings holds a "
-                                f"{type(v).__name__} at flat index {i}: give one kind of value")
+                                f"{type(v).__name__} at flat index {i}: {why}")
         return arr
     arr = np.asarray(value)
     if arr.dtype.kind == "U":  # strings become bytes, as tf.string elements do
