@@ -151,4 +151,8 @@ def test_a_damaged_or_hostile_packed_state_is_refused(corpus):
         bad["cursor"]["before"]["packed"] = packed
         with pytest.raises(StateError, match=match):
             elastic_hosts(make, 1, 0).iterator(bad)
+    bad = json.loads(json.dumps(states[0]))
+    del bad["cursor"]["before"]["packed"]
+    with pytest.raises(StateError, match="no packed positions"):
+        elastic_hosts(make, 1, 0).iterator(bad)
     assert inner["drains"] == 0 and len(inner["packed"]) < 1024
