@@ -1,5 +1,6 @@
 """The op contract: element specs never run the pipeline, constructors never call user code,
-and an op that moves ahead of another keeps every setting of the one it moves past."""
+no op inspects another (rewrites do, keeping every setting and the checkpoints of the graph as
+written)."""
 
 import numpy as np
 import pytest
@@ -71,22 +72,102 @@ def test_concatenate_of_traced_mismatch_fails_at_the_spec_or_the_data():
         list(ds)
 
 
-def test_parse_after_shuffle_keeps_every_shuffle_setting(tmp_path):
-    tpudata.write_shards([tpudata.encode_example({"x": i}) for i in range(50)], str(tmp_path),
+def _numbers(tmp_path, n=50):
+    tpudata.write_shards([tpudata.encode_example({"x": i}) for i in range(n)], str(tmp_path),
                          "t", num_shards=1, progress=False)
-    files = tpudata.storage.glob(str(tmp_path / "t-*"))
+    return tpudata.storage.glob(str(tmp_path / "t-*"))
+
+
+SPEC = {"x": FixedLenFeature([], np.int64)}
+
+
+def test_parse_after_shuffle_is_built_as_written_and_moved_by_a_rewrite(tmp_path):
+    from tpudata.dataset.core.optimize import optimize
+
+    files = _numbers(tmp_path)
     spill = str(tmp_path / "spill")
     shuffled = tpudata.TFRecordDataset(files).shuffle(
         8, seed=3, reshuffle_each_iteration=False, spill_url=spill, spill_bytes=1 << 16,
         spill_keep=2)
-    ds = shuffled.parse({"x": FixedLenFeature([], np.int64)})
-    assert (ds.spill_url, ds.spill_bytes, ds.spill_keep, ds.reshuffle_each_iteration, ds.seed) == \
-        (spill, 1 << 16, 2, False, 3)
-    assert type(ds.input).__name__ == "ParseDataset"
-    assert shuffled.input is not ds.input and type(shuffled.input).__name__ != "ParseDataset"
+    ds = shuffled.parse(SPEC)
+    assert type(ds).__name__ == "ParseDataset" and ds.input is shuffled  # nothing inspected
+    run = optimize(ds)  # the rewrite: parse under the shuffle, every shuffle setting kept
+    assert type(run).__name__ == "ShuffleDataset" and type(run.input).__name__ == "ParseDataset"
+    assert (run.spill_url, run.spill_bytes, run.spill_keep, run.reshuffle_each_iteration,
+            run.seed) == (spill, 1 << 16, 2, False, 3)
+    assert run.input.views is False and ds.views is True and shuffled.input is not run.input
     got = [int(e["x"]) for e in ds]
     assert sorted(got) == list(range(50)) and got != list(range(50))
     assert got == [int(e["x"]) for e in ds]  # reshuffle_each_iteration=False kept
+    from tpudata.dataset import Options
+
+    off = Options()
+    off.experimental_optimization.parse_before_shuffle = False
+    assert type(optimize(ds.with_options(off)).input).__name__ == "ParseDataset"
+    assert [int(e["x"]) for e in ds.with_options(off)] == got
+
+
+def _buffers(state) -> list:
+    """The shuffle buffers a state holds: ``"origin"`` (named by record) or ``"elements"``."""
+    if isinstance(state, dict):
+        found = [k for k in ("origin", "elements") if k in state]
+        return found + [b for v in state.values() for b in _buffers(v)]
+    if isinstance(state, list):
+        return [b for v in state for b in _buffers(v)]
+    return []
+
+
+def _cut(ds, k):
+    it = ds.iterator()
+    head = [int(next(it)["x"]) for _ in range(k)]
+    state = it.get_state()
+    return head, state, [int(e["x"]) for e in it]
+
+
+@pytest.mark.parametrize("k", [3, 17, 45])
+def test_a_checkpoint_restores_with_the_parse_moved_or_not(tmp_path, k):
+    """The moved shuffle names its buffer by record as the shuffle as written does: a state
+    taken with the rewrite on restores with it off, and the other way round, and into
+    parse(spec).shuffle(n), which gives the same elements."""
+    from tpudata.dataset import Options
+
+    files = _numbers(tmp_path)
+    off = Options()
+    off.experimental_optimization.parse_before_shuffle = False
+    written = tpudata.TFRecordDataset(files).shuffle(10, seed=5).parse(SPEC)
+    pipelines = {"on": written, "off": written.with_options(off),
+                 "parse first": tpudata.TFRecordDataset(files).parse(SPEC).shuffle(10, seed=5)}
+    runs = {name: _cut(ds, k) for name, ds in pipelines.items()}
+    head, _, tail = runs["on"]
+    assert sorted(head + tail) == list(range(50))
+    for name, (h, state, t) in runs.items():
+        assert (h, t) == (head, tail), name
+        buffers = _buffers(state)
+        assert "elements" not in buffers, f"{name}: the buffer was carried, not named"
+        assert name == "off" or "origin" in buffers, name
+        for other, ds in pipelines.items():
+            assert [int(e["x"]) for e in ds.iterator(state)] == tail, (name, other)
+
+
+def test_a_shuffle_after_parse_and_filter_names_and_restores_its_buffer(tmp_path):
+    files = _numbers(tmp_path, 100)
+    ds = tpudata.TFRecordDataset(files).parse(SPEC).filter(lambda e: e["x"] % 2 == 0) \
+        .shuffle(10, seed=1)
+    head, state, tail = _cut(ds, 5)
+    assert _buffers(state) == ["origin"]
+    assert sorted(head + tail) == list(range(0, 100, 2))
+    assert [int(e["x"]) for e in ds.iterator(state)] == tail
+
+
+def test_an_older_checkpoint_of_a_moved_shuffle_still_restores(tmp_path):
+    """Checkpoints taken when the parse was moved while building name the buffer "parsed"."""
+    files = _numbers(tmp_path)
+    ds = tpudata.TFRecordDataset(files).shuffle(10, seed=2).parse(SPEC)
+    _, state, tail = _cut(ds, 7)
+    origin = state["cursor"]["before"]["buffer"]["origin"]
+    assert origin["kind"] == "records"
+    origin["kind"] = "parsed"
+    assert [int(e["x"]) for e in ds.iterator(state)] == tail
 
 
 def test_a_shuffle_over_a_parse_copies_its_values_in_a_rewrite_not_when_built(tmp_path):

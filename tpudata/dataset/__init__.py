@@ -17,7 +17,7 @@ for _module in (
     "io.cache", "io.save", "ops.batch", "ops.concatenate", "ops.directed", "ops.enumerate",
     "ops.filter", "ops.grouping", "ops.ignore_errors", "ops.interleave", "ops.map", "ops.map_batch", "ops.mixture",
     "ops.parse",
-    "ops.rebatch", "ops.repeat", "ops.scan", "ops.shard", "ops.shuffle", "ops.take",
+    "ops.rebatch", "ops.repeat", "ops.scan", "ops.shard", "ops.shuffle", "ops.shuffle_parse", "ops.take",
     "ops.take_while", "ops.unique", "ops.window", "ops.zip", "parallel.prefetch",
     "remote.dataset",
     "sources.counter", "sources.generator", "sources.load", "sources.random_values",

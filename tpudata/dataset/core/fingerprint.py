@@ -76,11 +76,32 @@ def _op_name(ds) -> str:
 
 
 def describe(ds, depth: int = 0) -> str:
-    """The pipeline ``ds`` as text, source first (see the module doc)."""
+    """The pipeline ``ds`` as text, source first (see the module doc). An op that declares
+    ``_describe_under`` (op names) is described below a chain of those ops directly under it:
+    ``shuffle(n).parse(spec)`` and ``parse(spec).shuffle(n)`` give the same elements and
+    states, so a checkpoint of one restores into the other."""
     if depth > MAX_DEPTH:
         return "..."
+    ds = _visible(ds)
+    own, upstream = _own(ds, depth)
+    under = getattr(type(ds), "_describe_under", ())
+    above = []  # the ops this one is described below, top first
+    while under and _is_dataset(upstream) and _op_name(upstream) in under and len(above) < 64:
+        text, below = _own(upstream, depth)
+        above.append(text)
+        upstream = _visible(below) if _is_dataset(below) else below
+    text = own if upstream is None else f"{describe(upstream, depth + 1)} -> {own}"
+    return " -> ".join([text, *reversed(above)])
+
+
+def _visible(ds):
     while type(ds).__name__ in TRANSPARENT and _is_dataset(ds.__dict__.get("input")):
         ds = ds.__dict__["input"]
+    return ds
+
+
+def _own(ds, depth: int) -> tuple:
+    """``(text of the op itself, its input Dataset or None)``."""
     config, upstream = [], None
     for key in sorted(ds.__dict__):
         if key.startswith("_") or key in TUNING:
@@ -88,7 +109,7 @@ def describe(ds, depth: int = 0) -> str:
         value = ds.__dict__[key]
         if _is_dataset(value):
             if key == "input":
-                upstream = describe(value, depth + 1)
+                upstream = value
             else:
                 config.append(f"{key}=[{describe(value, depth + 1)}]")
             continue
@@ -101,8 +122,7 @@ def describe(ds, depth: int = 0) -> str:
             text = _scalar(value)
             if text is not None:
                 config.append(f"{key}={text}")
-    own = f"{_op_name(ds)}({', '.join(config)})"
-    return own if upstream is None else f"{upstream} -> {own}"
+    return f"{_op_name(ds)}({', '.join(config)})", upstream
 
 
 def fingerprint(text: str) -> str:

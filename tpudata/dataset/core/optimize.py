@@ -5,7 +5,8 @@ returns: the user's graph with each registered rewrite applied bottom-up. A rewr
 ``(node, options) -> Dataset | None`` (None: leave the node as it is) that the module defining
 it registers with :func:`rewrite`; it must give the same elements in the same order, the same
 iterator state (a checkpoint restores into the pipeline with or without the rewrite) and the
-same errors. The user's Datasets are never changed: the nodes above a rewritten one are shallow
+same errors. Rewrites are the one place where an op's configuration depends on another op:
+ops themselves never look at their inputs' types. The user's Datasets are never changed: the nodes above a rewritten one are shallow
 copies for this iteration, and a node that keeps data on itself across iterations
 (``_keeps_state = True``, e.g. an in-memory ``cache``) is never copied, so nothing below it is
 rewritten. The element spec, cardinality and checkpoint fingerprint stay those of the user's
@@ -17,12 +18,20 @@ Rewrites registered:
   ``fn`` calls a function with a batch form (tpudata.image's presets), runs those calls as one
   batch call per batch. ``Options().experimental_optimization.map_and_batch_fusion = False``
   turns it off.
-- ``shuffle_parse_copies`` (:mod:`tpudata.dataset.ops.shuffle`): a ``parse`` under a ``shuffle``
+- ``parse_before_shuffle`` (:mod:`tpudata.dataset.ops.shuffle_parse`): ``shuffle(n).parse(spec)``
+  runs as ``parse(spec).shuffle(n)`` (shuffling decides its order from element counts only, so
+  the elements are the same), so the buffer holds parsed values, not read buffers. The moved
+  shuffle still names its buffered elements by their records, so its checkpoints are those of
+  the pipeline as written.
+- ``shuffle_parse_copies`` (:mod:`tpudata.dataset.ops.shuffle_parse`): a ``parse`` under a ``shuffle``
   copies its values out of the read buffers at once (the shuffle buffer would hold those
   buffers alive).
 
-(``parse`` moving ahead of a directly preceding ``shuffle`` is done when the pipeline is built,
-by ``Dataset.parse``: it changes what a shuffle checkpoint names, so it is part of the graph.)
+Required passes (:func:`rewrite` with ``optional=False``) run whatever the options say:
+
+- ``shuffle_rebuild`` (:mod:`tpudata.dataset.ops.shuffle_parse`): a shuffle over parsed records (a
+  ``parse``, then ops that only drop or pass elements) learns how to parse records again, so
+  its checkpoint names its buffer by (file, offset) instead of carrying it.
 """
 
 from __future__ import annotations
@@ -35,15 +44,20 @@ from tpudata.dataset.core.graph import replaced
 __all__ = ["optimize", "rewrite", "rewrites"]
 
 _REWRITES: dict[str, Callable] = {}
+_REQUIRED: set = set()  # passes that run whatever the options say
 
 
-def rewrite(name: str):
-    """Register ``fn(node, options) -> Dataset | None`` as the rewrite ``name`` (a decorator)."""
+def rewrite(name: str, optional: bool = True):
+    """Register ``fn(node, options) -> Dataset | None`` as the rewrite ``name`` (a decorator).
+    ``optional=False``: a pass that always runs (``experimental_optimization`` has no switch
+    for it)."""
 
     def register(fn: Callable) -> Callable:
         if _REWRITES.get(name, fn) is not fn:
             raise RuntimeError(f"two rewrites named {name!r}")
         _REWRITES[name] = fn
+        if not optional:
+            _REQUIRED.add(name)
         return fn
 
     return register
@@ -61,7 +75,8 @@ def optimize(ds: Dataset, options=None) -> Dataset:
         from tpudata.dataset.core.options import options_of
 
         options = options_of(ds)
-    active = [fn for name, fn in _REWRITES.items() if options.optimization_enabled(name)]
+    active = [fn for name, fn in _REWRITES.items()
+              if name in _REQUIRED or options.optimization_enabled(name)]
     if not active:
         return ds
     memo: dict[int, Dataset] = {}

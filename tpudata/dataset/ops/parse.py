@@ -108,6 +108,14 @@ class ParseDataset(_Unary):
     buffers (a :class:`BytesColumn`, zero-copy into batch-level ops); off where a shuffle buffer
     follows, which keeps its own copy of each value anyway."""
 
+    # the origin its rows carry: "parsed" (a shuffle over them names them by record and needs
+    # this parse to rebuild them); "records" where a rewrite moved it under a shuffle written
+    # after it, so that the shuffle's checkpoints are those of the graph as written
+    _origin_kind = "parsed"
+    # a checkpoint describes shuffle(n).parse(spec) and parse(spec).shuffle(n) alike: their
+    # elements and states are the same (see tpudata.dataset.core.fingerprint)
+    _describe_under = ("shuffle",)
+
     def __init__(self, input_ds, features, num_parallel_calls=None, views: bool = True):
         super().__init__(input_ds)
         self.spec = normalize_spec(features)
@@ -132,7 +140,7 @@ class ParseDataset(_Unary):
                 if not bad:
                     raise error from None
                 raise PartialBlock(self._parse_block(block.slice(0, bad)), error) from None
-            origin = None if block.origin is None else block.origin.with_kind("parsed")
+            origin = None if block.origin is None else block.origin.with_kind(self._origin_kind)
             return Block(self.tree, [parsed[k] for k in self.tree.keys], block.n, origin)
         if not (isinstance(col, np.ndarray) and col.dtype == object):
             raise TypeError(
@@ -193,18 +201,8 @@ class ParseDataset(_Unary):
 
 
 def parse_dataset(input_ds: Dataset, features, num_parallel_calls=None, views: bool = True) -> Dataset:
-    """``input.parse(features)``; parsing moves ahead of a directly preceding shuffle.
-
-    Shuffling decides its order from element counts only, so shuffle-then-parse and
-    parse-then-shuffle give identical elements; parsing first keeps compact arrays (not raw read
-    buffers) in the shuffle buffer.
-    """
-    from tpudata.dataset.core.graph import replaced
-    from tpudata.dataset.ops.shuffle import ShuffleDataset
-
-    if isinstance(input_ds, ShuffleDataset):
-        inner = parse_dataset(input_ds.input, features, num_parallel_calls, views=False)
-        return replaced(input_ds, input=inner)  # every setting of the user's shuffle kept
+    """``input.parse(features)``: the graph as written. (Directly after a ``shuffle``, the
+    ``parse_before_shuffle`` rewrite runs the parse first when the pipeline is iterated.)"""
     return ParseDataset(input_ds, features, num_parallel_calls, views)
 
 

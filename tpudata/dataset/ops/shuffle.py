@@ -27,8 +27,6 @@ from tpudata import storage
 from tpudata.dataset.core.base import BlockIterator, Cursor, Dataset
 from tpudata.dataset.core.block import LEAF, Block, Origin, RecordColumn, as_column, leaf_nbytes
 from tpudata.dataset.core.fingerprint import state_tree
-from tpudata.dataset.core.graph import replaced
-from tpudata.dataset.core.optimize import rewrite
 from tpudata.dataset.core.nest import tree_to_json
 from tpudata.dataset.core.seeds import ProcessSeeded
 from tpudata.dataset.io.spill import Spills
@@ -36,6 +34,12 @@ from tpudata.example.parse import VarLenValues
 
 
 class ShuffleDataset(ProcessSeeded, Dataset):
+    # ``fn(block) -> Block``: this shuffle's elements for a block of the records a checkpoint
+    # names (a parse below it, or ``_as_records``), set by the graph passes of
+    # ops/shuffle_parse.py; None where they did not run. With a parse, a checkpoint names parsed elements by
+    # (file, offset) too.
+    _rebuild = None
+
     def __init__(self, input_ds: Dataset, buffer_size: int, seed: int | None = None,
                  reshuffle_each_iteration: bool = True, *, spill_url: str | None = None,
                  spill_bytes: int = 16 << 20, spill_keep: int | None = None):
@@ -257,8 +261,9 @@ class _ShuffleIterator(BlockIterator):
         elif block.tree != self.tree:
             raise ValueError(f"elements change structure: {self.tree} then {block.tree}")
         origin = block.origin
-        if self.track is None:
-            self.track = origin is not None
+        if self.track is None:  # named by record only where a restore can rebuild them
+            self.track = origin is not None and (
+                origin.kind == "records" or self.ds._rebuild not in (None, _as_records))
             self.origin_kind = None if origin is None else origin.kind
         if self.track and (origin is None or origin.kind != self.origin_kind):
             self.track = False  # mixed sources: the state carries elements from now on
@@ -468,12 +473,16 @@ class _ShuffleIterator(BlockIterator):
         records = read_frames(paths, pid, offsets, storage_options=options)
         where = Origin(origin["kind"], tuple(origin["paths"]), pid, offsets)
         block = Block(LEAF, [records], n)
-        if origin["kind"] == "parsed":
-            parse = getattr(self.ds.input, "_parse_block", None)
-            if parse is None:
-                raise ValueError("this checkpoint names parsed records, but the shuffle's input "
-                                 "is not a parse() any more: restore it into the same pipeline")
-            block = parse(block)
+        if self.ds._rebuild is not None:  # the records parsed again, or as they are
+            block = self.ds._rebuild(block)
+        elif origin["kind"] != "records":
+            from tpudata.errors import StateError
+
+            raise StateError(
+                "this checkpoint names the shuffle buffer's parsed elements by record, but the "
+                "graph passes that tell this shuffle how to parse them again did not run here "
+                "(the shuffle is under an in-memory cache, or the pipeline is deeper than 200 "
+                "ops): restore it into the pipeline that took it")
         block.origin = where
         return block
 
@@ -517,17 +526,9 @@ def options_for(ds: Dataset, path: str, depth: int = 0) -> dict | None:
                 return found
     return None
 
-@rewrite("shuffle_parse_copies")
-def parse_copies_under_shuffle(node, options) -> Dataset | None:
-    """A shuffle over a ``parse`` that hands out views of the read buffers: the buffer would
-    keep whole read buffers alive for a few values each, so that parse copies its values out
-    at once (the same values, order and state)."""
-    from tpudata.dataset.ops.parse import ParseDataset
-
-    if type(node) is not ShuffleDataset or type(node.input) is not ParseDataset or \
-            not node.input.views:
-        return None
-    return replaced(node, input=replaced(node.input, views=False))
+def _as_records(block: Block) -> Block:
+    """A shuffle's elements are the records a checkpoint names (no parse below it)."""
+    return block
 
 
 registry.provide(ShuffleDataset)
