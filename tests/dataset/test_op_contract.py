@@ -202,3 +202,27 @@ def test_from_tensor_slices_keeps_python_bytes_whole():
     assert [x.tolist() for x in Dataset.from_tensor_slices(nested)] == nested
     with pytest.raises(TypeError, match="flat index 1"):
         Dataset.from_tensor_slices([b"a", 3])
+
+
+def test_ops_answer_what_files_they_list_and_who_reads_a_path(tmp_path):
+    """What one op asks of another goes through the contract's questions, never by type:
+    ``_file_names`` through shuffles and shards, ``_storage_options_for`` through an
+    interleave's function."""
+    files = []
+    for k in range(4):
+        files += _numbers(tmp_path / str(k), 3)
+    listed = Dataset.list_files(str(tmp_path / "*" / "t-*"), shuffle=False,
+                                storage_options={"marker": 1})
+    assert listed._file_names() == (sorted(files), "listed")
+    assert listed.shard(2, 1)._file_names() == (sorted(files)[1::2], "listed")
+    assert listed.shuffle(4, seed=1)._file_names() == (sorted(files), "seeded")
+    with pytest.warns(UserWarning, match="without a seed"):  # any unseeded shuffle of a list
+        unseeded = listed.shuffle(4).shard(2, 0)
+    assert unseeded._file_names() is None  # which names: the order decides
+    assert tpudata.Dataset.range(3)._file_names() is None
+    ds = listed.interleave(
+        lambda f: tpudata.TFRecordDataset(f, storage_options={"reader": 2}), cycle_length=2)
+    assert ds.cardinality() == 12  # from the shards' manifests, per listed file
+    assert ds.shuffle(5)._storage_options_for(files[2]) == {"reader": 2}
+    assert listed.map(lambda f: f)._storage_options_for(files[0]) == {"marker": 1}
+    assert tpudata.Dataset.range(3).map(abs)._storage_options_for(files[0]) is None

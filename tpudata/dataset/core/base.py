@@ -119,6 +119,24 @@ class Dataset:
         """This op's declared element spec from its input's (None: it cannot say)."""
         return None
 
+    def _file_names(self) -> tuple | None:
+        """When this dataset yields file names (``list_files``): ``(names, order)``, order
+        being "listed" (in this order), "seeded" or "unseeded" (shuffled); else None."""
+        return None
+
+    def _storage_options_for(self, path: str, depth: int = 0) -> dict | None:
+        """The ``storage_options`` of the reader of ``path`` in this pipeline, or None. By
+        default the inputs are asked in turn; a reader answers for its own files."""
+        from tpudata.dataset.core.graph import inputs
+
+        if depth > 64:
+            return None
+        for child in inputs(self):
+            found = child._storage_options_for(path, depth + 1)
+            if found is not None:
+                return found
+        return None
+
     @property
     def element_spec(self):
         """Structure of :class:`TensorSpec` (static shapes and dtypes) of the elements."""

@@ -80,9 +80,10 @@ class InterleaveDataset(Dataset):
         reader, as ``lambda f: TFRecordDataset(f)`` does)."""
         from tpudata.dataset.core.base import INFINITE, UNKNOWN
 
-        names = _known_files(self.input)
-        if names is None:
+        listed = self.input._file_names()
+        if listed is None:
             return UNKNOWN
+        names = listed[0]
         total = 0
         for name in names:
             try:
@@ -95,26 +96,25 @@ class InterleaveDataset(Dataset):
             total += c
         return total
 
+    def _storage_options_for(self, path: str, depth: int = 0) -> dict | None:
+        """The options of the reader the function builds for ``path`` (it is called on the
+        path, as ``cardinality()`` does: it should only build a reader), else the inputs'."""
+        if depth <= 64:
+            try:
+                sub = self.fn(path.encode("utf-8"))
+            except Exception:  # a function that needs more than a file name
+                sub = None
+            if isinstance(sub, Dataset):
+                found = sub._storage_options_for(path, depth + 1)
+                if found is not None:
+                    return found
+        return super()._storage_options_for(path, depth)
+
     def _spec(self):
         """Traced: the function is called on dummy elements and its dataset's spec read."""
         from tpudata.dataset.core.spec import traced_spec
 
         return traced_spec(self.fn, self.input, "interleave", returns_dataset=True)
-
-
-def _known_files(ds) -> list[str] | None:
-    """The file names a file-list dataset yields (in some order), or None when unknown."""
-    from tpudata.dataset.ops.shard import ShardDataset
-    from tpudata.dataset.sources.files import FileListDataset
-
-    if isinstance(ds, FileListDataset):
-        return list(ds.files)
-    if isinstance(ds, ShardDataset) and isinstance(ds.input, FileListDataset):
-        return list(ds.input.files)[ds.index::ds.num_shards]
-    files = getattr(ds, "files", None)  # a shuffled list: the same files in another order
-    if files is not None and getattr(ds, "unseeded_file_shuffle", None) is not None:
-        return list(files)
-    return None
 
 
 def _same_kind(a: Block, b: Block) -> bool:

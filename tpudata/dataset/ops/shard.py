@@ -23,19 +23,6 @@ _warned: set = set()  # the file splits warned about in this process
 _warned_lock = threading.Lock()
 
 
-def _file_list(ds) -> list | None:
-    """The file names that ``ds`` yields when it is a list of files (``list_files``, shuffled
-    or not), else None (e.g. a TFRecordDataset, whose elements are records)."""
-    from tpudata.dataset.sources.files import FileListDataset
-
-    files = getattr(ds, "files", None)
-    if files is None:
-        return None
-    if isinstance(ds, FileListDataset) or getattr(ds, "unseeded_file_shuffle", None) is not None:
-        return list(files)
-    return None
-
-
 class ShardDataset(_Unary):
     def __init__(self, input_ds, num_shards: int, index: int):
         super().__init__(input_ds)
@@ -43,17 +30,17 @@ class ShardDataset(_Unary):
         if num_shards < 1 or not 0 <= index < num_shards:
             raise ValueError(f"shard index must be in [0, {num_shards}), got {index}")
         self.num_shards, self.index = num_shards, index
-        if getattr(input_ds, "unseeded_file_shuffle", False):
+        listed = input_ds._file_names()  # a file-level split: the names this host reads
+        if listed is not None and listed[1] == "unseeded":
             warnings.warn(
                 f"shard({num_shards}, {index}) after list_files() that shuffles without a seed: "
                 "every process shuffles the files differently, so hosts read overlapping files "
                 "and miss others (tf.data's pitfall too). Pass list_files(..., seed=S) with the "
                 "same S on every host, or shuffle=False", UserWarning, stacklevel=3)
-        files = _file_list(input_ds)
-        if files is not None and num_shards > 1:
-            shuffled = getattr(input_ds, "unseeded_file_shuffle", None) is not None
-            self._warn_few_files(files, getattr(input_ds, "storage_options", None) or {},
-                                 shuffled)
+        if listed is not None and num_shards > 1:
+            files = listed[0]
+            options = (input_ds._storage_options_for(files[0]) if files else None) or {}
+            self._warn_few_files(files, options, listed[1] != "listed")
 
     def _warn_few_files(self, files: list, storage_options: dict, shuffled: bool) -> None:
         """A file-level split (``list_files(...).shard(n, k)``) that leaves this host few files
@@ -101,6 +88,12 @@ class ShardDataset(_Unary):
             "shard %d of %d gets %d of %d records (%d of %d files; hosts get %d to %d records); "
             "%s%s", index, num_shards, per_host[index], sum(counts), mine, len(files),
             min(per_host), max(per_host), advice, starved)
+
+    def _file_names(self) -> tuple | None:
+        listed = self.input._file_names()  # this shard's names, where the list has one order
+        if listed is None or listed[1] != "listed":
+            return None
+        return listed[0][self.index::self.num_shards], "listed"
 
     def _make_iterator(self, ctx):
         it = _ShardIterator(self.input._make_iterator(ctx))

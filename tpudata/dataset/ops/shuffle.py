@@ -61,6 +61,10 @@ class ShuffleDataset(ProcessSeeded, Dataset):
     def _make_iterator(self, ctx):
         return _ShuffleIterator(self, ctx)
 
+    def _file_names(self) -> tuple | None:
+        listed = self.input._file_names()  # a shuffled file list: the same names, reordered
+        return None if listed is None else (listed[0], "unseeded" if self.seed is None else "seeded")
+
     def cardinality(self):
         return self.input.cardinality()
 
@@ -490,41 +494,13 @@ class _ShuffleIterator(BlockIterator):
         """The storage_options of the source that reads ``path`` (they are never written into
         a state: they may hold credentials), found in the shuffle's input description."""
         if path not in self._path_options:
-            found = None if storage.is_local(path) else options_for(self.ds.input, path)
+            found = None if storage.is_local(path) else self.ds.input._storage_options_for(path)
             self._path_options[path] = found or {}
         return self._path_options[path]
 
     def close(self):
         self.input_it.close()
 
-
-def options_for(ds: Dataset, path: str, depth: int = 0) -> dict | None:
-    """The ``storage_options`` of the TFRecord source in ``ds``'s description that reads
-    ``path``, or None. An interleave's function is called on the path (as ``cardinality()``
-    does): it should only build a reader."""
-    from tpudata.dataset.ops.interleave import InterleaveDataset
-    from tpudata.dataset.sources.files import _TFRecordFiles
-
-    if depth > 64:
-        return None
-    if isinstance(ds, _TFRecordFiles):
-        return ds.storage_options if path in ds.files else None
-    if isinstance(ds, InterleaveDataset):
-        try:
-            sub = ds.fn(path.encode("utf-8"))
-        except Exception:  # a function that needs more than a file name
-            sub = None
-        if isinstance(sub, Dataset):
-            found = options_for(sub, path, depth + 1)
-            if found is not None:
-                return found
-    children = [getattr(ds, "input", None), *(getattr(ds, "datasets", None) or ())]
-    for child in children:
-        if isinstance(child, Dataset):
-            found = options_for(child, path, depth + 1)
-            if found is not None:
-                return found
-    return None
 
 def _as_records(block: Block) -> Block:
     """A shuffle's elements are the records a checkpoint names (no parse below it)."""

@@ -140,9 +140,16 @@ class RangeDataset(Dataset):
 class FileListDataset(TensorSlicesDataset):
     """A known list of file names (bytes elements, like tf.string)."""
 
-    def __init__(self, files: list[str]):
+    def __init__(self, files: list[str], storage_options: Mapping | None = None):
         super().__init__(np.array([f.encode("utf-8") for f in files] + [b""], dtype=object)[:-1])
         self.files = list(files)
+        self.storage_options = dict(storage_options or {})  # to read the shards' manifests
+
+    def _file_names(self) -> tuple:
+        return list(self.files), "listed"
+
+    def _storage_options_for(self, path: str, depth: int = 0) -> dict | None:
+        return self.storage_options if path in self.files else None
 
 
 @strict_keywords
@@ -159,15 +166,16 @@ def list_files(file_pattern, shuffle: bool | None = None, seed: int | None = Non
     for p in patterns:
         files += storage.expand(os.fspath(p), **storage_options)
     files = sorted(files)
-    ds = ShuffledFileList(files, seed) if shuffle is None or shuffle else FileListDataset(files)
-    ds.storage_options = storage_options  # to read the shards' manifests (counts, warnings)
-    return ds
+    listed = FileListDataset(files, storage_options)
+    return ShuffledFileList(listed, seed) if shuffle is None or shuffle else listed
 
 
-def ShuffledFileList(files: list[str], seed: int | None) -> Dataset:
-    """``list_files(shuffle=True)``: the file list shuffled whole, remembering its files."""
-    ds = FileListDataset(files).shuffle(len(files), seed=seed)
-    ds.files = list(files)  # the set of files (cardinality, shard's warnings)
+def ShuffledFileList(listed: "FileListDataset", seed: int | None) -> Dataset:
+    """``list_files(shuffle=True)``: the file list shuffled whole."""
+    ds = listed.shuffle(len(listed.files), seed=seed)
+    # described in checkpoints' pipeline fingerprints (what is asked of the list goes through
+    # Dataset._file_names)
+    ds.files = list(listed.files)
     ds.unseeded_file_shuffle = seed is None
     return ds
 
@@ -278,6 +286,9 @@ class _TFRecordFiles(_RecordFilesDataset):
                             on_error=on_error, use_mmap=use_mmap, storage_options=storage_options)
         self.storage_options = storage_options
         self._count: int | None = None
+
+    def _storage_options_for(self, path: str, depth: int = 0) -> dict | None:
+        return self.storage_options if path in self.files else None
 
     def cardinality(self) -> int:
         """Exact, from the shards' manifests (written by tpudata.shards); else UNKNOWN."""
