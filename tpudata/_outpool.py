@@ -26,7 +26,7 @@ __all__ = ["KEEP", "MAX_FREE_BYTES", "MIN_BYTES", "concatenate", "empty", "free_
 
 logger = logging.getLogger(__name__)
 
-KEEP = 16  # free mappings kept per size (8 readers x 2 read buffers find theirs again)
+KEEP = 64  # free mappings kept per size (a shuffle's store lets go of many read buffers at once)
 MAX_FREE_BYTES = 512 << 20  # free mappings kept in all, at most
 MIN_BYTES = 4 << 20  # smaller outputs come from np.empty (malloc keeps such blocks mapped)
 

@@ -59,7 +59,9 @@ def test_batched_large_bytes_feature_is_a_zero_copy_column_that_looks_like_bytes
     assert [e["img"] for e in TFRecordDataset(path).parse(SPEC).batch(3).unbatch()] == [_value(i) for i in range(10)]
 
 
-def test_shuffle_and_cache_keep_copies_and_give_the_same_values(path):
+def test_shuffle_and_cache_of_small_values_keep_copies_and_give_the_same_values(path):
+    # values under STORE_MIN (2 KB) on average: the shuffle holds bytes objects (larger ones
+    # stay a column over its store: tests/dataset/test_shuffle_store.py)
     shuffled = list(TFRecordDataset(path).parse(SPEC).shuffle(10, seed=3).batch(5))
     assert type(shuffled[0]["img"]) is np.ndarray
     assert sorted(v for b in shuffled for v in b["img"].tolist()) == sorted(_value(i) for i in range(10))

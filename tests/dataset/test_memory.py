@@ -1,10 +1,13 @@
-"""Streaming 1 GB through a typical pipeline keeps peak RSS under 450 MB.
+"""Streaming 1 GB through a typical pipeline keeps peak RSS under 540 MB.
 
-What the pipeline holds by design: the shuffle buffer (1,000 records of 100 KB: 100 MB), four
-files read ahead in the background (up to two 8 MiB blocks each plus the buffer being filled),
-a gathered interleave block, the parsed batches in flight and the allocator's slack for freed
-8 MiB buffers. Measured: 380-415 MB (the same on 2 idle or 2 busy cores); nothing grows with the
-amount streamed."""
+What the pipeline holds by design: the shuffle buffer (1,000 records of 100 KB: 100 MB), kept
+where the records were read, so its store holds up to 1.5 times that plus 32 MB before it
+compacts (tpudata/dataset/ops/shuffle_store.py: up to ~180 MB); four files read ahead in the
+background (up to two 8 MiB blocks each plus the buffer being filled); the parsed batches in
+flight (views that keep their read buffers); and the free 8 MiB mappings kept for the next
+reads, which make up what the store last let go of. Measured: 490-500 MB, nothing growing with
+the amount streamed (the same pipeline before the store, as values copied one by one: 367 MB
+for one pass but 530-620 MB over three, untuned, and at a fifth less speed)."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import numpy as np
 
 import tpudata
 
-LIMIT_MB = 450
+LIMIT_MB = 540
 
 PROBE = textwrap.dedent("""
     import json, os, sys
@@ -46,7 +49,7 @@ PROBE = textwrap.dedent("""
 """)
 
 
-def test_one_gigabyte_stream_stays_under_450mb(tmp_path):
+def test_one_gigabyte_stream_stays_under_540mb(tmp_path):
     rng = np.random.default_rng(0)
     per_file, files, size = 1280, 8, 100_000
     for s in range(files):

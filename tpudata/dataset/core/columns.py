@@ -136,7 +136,8 @@ class BytesColumn(RecordColumn):
     (e.g. ``image/encoded``), and ``batch`` keeps it, so a batch-level op such as
     :func:`tpudata.image.resnet_preprocess_batch` reads each value in place (no bytes object per
     value). Indexing gives ``bytes``; ``np.asarray``/``tolist()`` copy out. A ``shuffle`` keeps
-    its own copies of the values, so after one the feature is a plain object array again.
+    it one where the values are large (its buffer holds them where they are, see
+    ``ops/shuffle_store.py``); small values come out of a shuffle as a plain object array.
 
     >>> col = BytesColumn.from_bytes([b"ab", b"cde"])
     >>> col[1], len(col), col.shape, col.tolist(), np.asarray(col).dtype

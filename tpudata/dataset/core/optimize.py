@@ -23,9 +23,6 @@ Rewrites registered:
   the elements are the same), so the buffer holds parsed values, not read buffers. The moved
   shuffle still names its buffered elements by their records, so its checkpoints are those of
   the pipeline as written.
-- ``shuffle_parse_copies`` (:mod:`tpudata.dataset.ops.shuffle_parse`): a ``parse`` under a ``shuffle``
-  copies its values out of the read buffers at once (the shuffle buffer would hold those
-  buffers alive).
 
 Required passes (:func:`rewrite` with ``optional=False``) run whatever the options say:
 

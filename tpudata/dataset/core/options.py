@@ -11,9 +11,7 @@ Only the knobs tpudata honours exist (setting any other attribute raises Attribu
   ``map(fn).batch(n)`` where ``fn`` calls a tpudata.image preset (default on; see
   :mod:`tpudata.dataset.core.optimize`); ``.parse_before_shuffle``: False runs
   ``shuffle(n).parse(spec)`` as written (default: the parse runs first, so the shuffle buffer
-  holds parsed values); ``.shuffle_parse_copies``: False lets a ``parse`` under a ``shuffle``
-  hand out views of the read buffers (default: it copies, so the shuffle buffer holds values,
-  not read buffers).
+  holds parsed values).
 
 >>> from tpudata.dataset import Dataset, Options
 >>> options = Options()
@@ -98,7 +96,7 @@ class ThreadingOptions(_Group):
 class OptimizationOptions(_Group):
     """``tf.data.experimental.OptimizationOptions``: the graph rewrites, each on unless set False."""
 
-    __slots__ = ("map_and_batch_fusion", "parse_before_shuffle", "shuffle_parse_copies")
+    __slots__ = ("map_and_batch_fusion", "parse_before_shuffle")
 
     def __setattr__(self, name, value):
         if name not in self.__slots__:
@@ -126,7 +124,7 @@ class Options:
                                  "deterministic, autotune.cpu_budget, "
                                  "threading.private_threadpool_size and "
                                  "experimental_optimization.<rewrite> (map_and_batch_fusion, "
-                                 "parse_before_shuffle, shuffle_parse_copies)")
+                                 "parse_before_shuffle)")
         if value is not None and not isinstance(value, bool):
             raise TypeError(f"Options.deterministic must be True, False or None, not {value!r}")
         object.__setattr__(self, name, value)

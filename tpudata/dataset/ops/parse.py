@@ -105,8 +105,8 @@ def _locate(col, spec) -> tuple[int, Exception]:
 
 class ParseDataset(_Unary):
     """``views``: a scalar bytes feature that is most of each record (an image) stays in the read
-    buffers (a :class:`BytesColumn`, zero-copy into batch-level ops); off where a shuffle buffer
-    follows, which keeps its own copy of each value anyway."""
+    buffers (a :class:`BytesColumn`, zero-copy into batch-level ops, and into a shuffle's
+    store)."""
 
     # the origin its rows carry: "parsed" (a shuffle over them names them by record and needs
     # this parse to rebuild them); "records" where a rewrite moved it under a shuffle written

@@ -29,7 +29,9 @@ from tpudata.dataset.core.block import LEAF, Block, Origin, RecordColumn, as_col
 from tpudata.dataset.core.fingerprint import state_tree
 from tpudata.dataset.core.nest import tree_to_json
 from tpudata.dataset.core.seeds import ProcessSeeded
+from tpudata.dataset.core.columns import BytesColumn
 from tpudata.dataset.io.spill import Spills
+from tpudata.dataset.ops.shuffle_store import STORE_MIN, ByteStore
 from tpudata.example.parse import VarLenValues
 
 
@@ -74,29 +76,30 @@ class ShuffleDataset(ProcessSeeded, Dataset):
         return _static(self.input)
 
 
-def _to_buffer(col):
-    """Buffer columns are plain arrays that support scatter assignment."""
-    if isinstance(col, RecordColumn):
-        return col.to_array(), "records"
-    if isinstance(col, VarLenValues):
-        return as_column(col.to_list()) if len(col) else np.empty(0, dtype=object), ("varlen",
-                                                                                      col.values.dtype)
-    return col, None
+# A buffer column's kind: None (a plain array), ("varlen", dtype) (ragged rows, as objects) or
+# ("store", "records" | "bytes"): records or a parsed bytes feature, as ByteStore entries.
+_STORED = {"records": RecordColumn, "bytes": BytesColumn}
 
 
 def _from_buffer(col, kind):
-    if kind is not None and kind != "records" and kind[0] == "varlen":
+    if kind is not None and kind[0] == "varlen":
         rows = [np.asarray(r, dtype=kind[1]) for r in col.tolist()] if len(col) else []
         return VarLenValues.from_rows(rows, kind[1])
     return col
 
 
 def _kind_to_json(kind):
-    return kind if kind is None or kind == "records" else [kind[0], str(kind[1])]
+    return kind if kind is None else [kind[0], str(kind[1])]
 
 
 def _kind_from_json(obj):
-    return obj if obj is None or obj == "records" else (obj[0], np.dtype(obj[1]))
+    if obj is None or obj == "records":  # "records": object arrays, in older states
+        return None
+    if obj[0] == "store":
+        if obj[1] not in _STORED:
+            raise ValueError(f"unknown stored column kind {obj[1]!r}")
+        return ("store", obj[1])
+    return (obj[0], np.dtype(obj[1]))
 
 
 GAP_BYTES = 4 << 20  # frames closer than this are read in one request
@@ -206,10 +209,11 @@ class _Carried:
         self.spills, self.group = spills, group
         self.url: str | None = None
 
-    def freeze(self) -> None:
-        self.leaves = [c.copy() for c in self.leaves]
+    def freeze(self) -> None:  # a stored column is a snapshot of its own already
+        self.leaves = [c if isinstance(c, RecordColumn) else c.copy() for c in self.leaves]
 
     def __jsonable__(self) -> dict:
+        self.leaves = [c.to_array() if isinstance(c, RecordColumn) else c for c in self.leaves]
         spills = self.spills
         if spills.url and sum(leaf_nbytes(c) for c in self.leaves) > spills.min_bytes:
             if self.url is None:
@@ -252,14 +256,33 @@ class _ShuffleIterator(BlockIterator):
         self.paths: list = []
         self.path_ids: dict = {}
         self._path_options: dict = {}  # path -> storage_options, for restores
+        self.store = ByteStore()  # where buffered records / parsed bytes values sit
 
     # -- buffer helpers --------------------------------------------------------------------------
+    def _to_buffer(self, col, kind, first: bool):
+        """A leaf as a buffer column (a plain array that supports scatter assignment) and its
+        kind; after the first block, in the kind the first block gave the leaf."""
+        if first and isinstance(col, RecordColumn) and col.nbytes >= STORE_MIN * len(col):
+            kind = ("store", "bytes" if isinstance(col, BytesColumn) else "records")
+        if kind is not None and kind[0] == "store":
+            if not isinstance(col, RecordColumn):
+                col = _STORED[kind[1]].from_bytes(np.asarray(col, dtype=object).ravel().tolist())
+            return self.store.add(col), kind
+        if isinstance(col, RecordColumn):
+            return col.to_array(), kind
+        if isinstance(col, VarLenValues):
+            values = as_column(col.to_list()) if len(col) else np.empty(0, dtype=object)
+            return values, ("varlen", col.values.dtype)
+        return col, kind
+
     def _convert(self, block: Block):
         cols, kinds = [], []
-        for leaf in block.leaves:
-            c, k = _to_buffer(leaf)
+        first = self.tree is None
+        for k, leaf in enumerate(block.leaves):
+            c, kind = self._to_buffer(leaf, None if first or k >= len(self.kinds) else self.kinds[k],
+                                      first)
             cols.append(c)
-            kinds.append(k)
+            kinds.append(kind)
         if self.tree is None:
             self.tree, self.kinds, self.nleaves = block.tree, kinds, len(kinds)
         elif block.tree != self.tree:
@@ -289,12 +312,31 @@ class _ShuffleIterator(BlockIterator):
             self.cols = [np.empty((self.size,) + c.shape[1:], dtype=c.dtype) for c in cols]
 
     def _emit(self, cols, n: int) -> Block:
-        return Block(self.tree, [_from_buffer(c, k) for c, k in zip(cols, self.kinds)], n)
+        leaves = []
+        for c, kind in zip(cols, self.kinds):
+            if kind is not None and kind[0] == "store":  # views of the store's segments
+                leaves.append(self.store.column(c, _STORED[kind[1]]))
+                self.store.release(c)
+            else:
+                leaves.append(_from_buffer(c, kind))
+        return Block(self.tree, leaves, n)
+
+    def _compact(self) -> None:
+        """Move stored values out of mostly emitted segments (see shuffle_store)."""
+        stored = [k for k, kind in enumerate(self.kinds) if kind is not None and kind[0] == "store"]
+        if not stored or not self.store.needs_compaction():
+            return
+        lo = self.drain_pos if self.phase == "drain" else 0
+        columns = [self.cols[k][lo : self.fill] for k in stored] if self.cols else []
+        if self.pending is not None:
+            columns += [self.pending[k][self.pending_pos : self.pending_n] for k in stored]
+        self.store.compact(columns)  # (snapshots hold columns of their own, not entries)
 
     # -- iteration -------------------------------------------------------------------------------
     def next(self):
         self._saved = None  # the state changes
         want = max(1, self.want)
+        self._compact()
         if self.pending is not None:  # hand out the last step's output as asked for
             lo = self.pending_pos
             hi = min(self.pending_n, lo + want)
@@ -387,7 +429,9 @@ class _ShuffleIterator(BlockIterator):
             return {"origin": snap}
         # views, not copies: a snapshot still referenced (e.g. by a prefetch queue) is copied
         # just before the buffer changes (_freeze); JSON (or a spill file) only at checkpoints
-        leaves = [c[lo:hi] for c in cols[: self.nleaves]]
+        leaves = [self.store.column(c[lo:hi], _STORED[kind[1]])
+                  if kind is not None and kind[0] == "store" else c[lo:hi]
+                  for c, kind in zip(cols[: self.nleaves], self.kinds)]
         saved = {"tree": tree_to_json(self.tree), "kinds": [_kind_to_json(k) for k in self.kinds]}
         snap = _Carried(saved, leaves, self.spills, group)
         self._live.add(snap)
@@ -409,7 +453,8 @@ class _ShuffleIterator(BlockIterator):
         self.nleaves = len(self.kinds)
         self.track = False
         if isinstance(elements, _Carried):  # an internal snapshot (same process)
-            return [c.copy() for c in elements.leaves]
+            return self._stored([c if isinstance(c, RecordColumn) else c.copy()
+                                 for c in elements.leaves])
         if "spilled" in elements:  # a file in this shuffle's spill_url, never a path of the state
             cols = self.spills.read(elements["spilled"])
         else:
@@ -422,7 +467,18 @@ class _ShuffleIterator(BlockIterator):
 
             raise StateError(f"the state's buffered elements do not fit it: {n} elements of "
                              f"{self.tree.num_leaves} leaves expected")
-        return cols
+        return self._stored(cols)
+
+    def _stored(self, cols: list) -> list:
+        """Restored leaves in their buffer kinds (stored values go into the store)."""
+        out = []
+        for c, kind in zip(cols, self.kinds):
+            if kind is not None and kind[0] == "store":
+                if not isinstance(c, RecordColumn):
+                    c = _STORED[kind[1]].from_bytes(np.asarray(c, dtype=object).ravel().tolist())
+                c = self.store.add(c)
+            out.append(c)
+        return out
 
     def get_state(self):
         if self._saved is None:  # asked again and again between steps: computed once

@@ -2,7 +2,6 @@
 neither op looks at the other; these rewrites, run per iteration on a copy of the graph, do.
 
 - ``parse_before_shuffle``: ``shuffle(n).parse(spec)`` runs as ``parse(spec).shuffle(n)``.
-- ``shuffle_parse_copies``: a parse under a shuffle copies its values out of the read buffers.
 - ``shuffle_rebuild`` (required): each shuffle learns what the records its checkpoint names
   become on restore (parsed again, or the records as they are).
 """
@@ -15,35 +14,25 @@ from tpudata.dataset.core.optimize import rewrite
 from tpudata.dataset.ops.parse import ParseDataset
 from tpudata.dataset.ops.shuffle import ShuffleDataset, _as_records
 
-__all__ = ["parse_before_shuffle", "parse_copies_under_shuffle", "shuffle_rebuild"]
+__all__ = ["parse_before_shuffle", "shuffle_rebuild"]
 
 
 @rewrite("parse_before_shuffle")
 def parse_before_shuffle(node, options) -> Dataset | None:
     """``shuffle(n).parse(spec)`` runs as ``parse(spec).shuffle(n)``: the same elements in the
     same order (a shuffle orders by element counts only), with parsed values in the buffer
-    instead of records. The moved parse copies its values and its rows keep the origin kind
-    "records", so the shuffle's checkpoints stay those of the graph as written; the shuffle
-    parses named records again on restore. A stack of shuffles is passed whole."""
+    instead of records (an image feature stays in the read buffers, which the shuffle's store
+    compacts). The moved parse's rows keep the origin kind "records", so the shuffle's
+    checkpoints stay those of the graph as written; the shuffle parses named records again on
+    restore. A stack of shuffles is passed whole."""
     if type(node) is not ParseDataset or type(node.input) is not ShuffleDataset:
         return None
     shuffle = node.input
-    moved = replaced(node, input=shuffle.input, views=False, _origin_kind="records")
+    moved = replaced(node, input=shuffle.input, _origin_kind="records")
     deeper = parse_before_shuffle(moved, options)
     if deeper is not None:  # shuffles stacked: the parse goes under all of them
         return replaced(shuffle, input=deeper)
     return replaced(shuffle, input=moved, _rebuild=_parse_again(moved))
-
-
-@rewrite("shuffle_parse_copies")
-def parse_copies_under_shuffle(node, options) -> Dataset | None:
-    """A shuffle over a ``parse`` that hands out views of the read buffers: the buffer would
-    keep whole read buffers alive for a few values each, so that parse copies its values out
-    at once (the same values, order and state)."""
-    if type(node) is not ShuffleDataset or type(node.input) is not ParseDataset or \
-            not node.input.views:
-        return None
-    return replaced(node, input=replaced(node.input, views=False))
 
 
 def _parse_again(parse):
