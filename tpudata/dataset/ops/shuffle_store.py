@@ -43,6 +43,7 @@ HOLD = 1.5  # compact when the held segments exceed this many times the live val
 SLACK = 32 << 20  # ... plus this much
 AFTER = 1.2  # ... until they are at most this many times
 CHUNK = 8 << 20  # the segments values are compacted into (a read buffer's size: one pool serves both)
+SMALL = 16  # entries counted one by one (per-element consumers take one value at a time)
 STORE_MIN = 2048  # mean bytes per value from which a shuffle stores a column (smaller: bytes objects)
 
 
@@ -107,6 +108,14 @@ class ByteStore:
     def _count(self, entries: np.ndarray, sign: int) -> None:
         n = len(self.sizes)
         segs = entries["seg"]
+        if len(segs) <= SMALL:  # a few values (a per-element consumer): no pass over every segment
+            total = 0
+            for seg, length in zip(segs.tolist(), entries["len"].tolist()):
+                self.count[seg] += sign
+                self.bytes[seg] += sign * length
+                total += length
+            self.live_bytes += sign * total
+            return
         self.count += sign * np.bincount(segs, minlength=n)[:n]
         lengths = np.bincount(segs, weights=entries["len"], minlength=n)[:n].astype(np.int64)
         self.bytes += sign * lengths
@@ -130,7 +139,12 @@ class ByteStore:
 
     def column(self, entries: np.ndarray, cls=RecordColumn) -> RecordColumn:
         """A ``cls`` column of the values ``entries`` name (views of the segments)."""
-        segs, where = np.unique(entries["seg"], return_inverse=True)
+        seg = entries["seg"]
+        if len(seg) and (len(seg) == 1 or not (seg != seg[0]).any()):  # one segment
+            k = int(seg[0])
+            return cls([self.buffers[k]], [self.sources[k]], None, entries["off"].copy(),
+                       entries["len"].copy())
+        segs, where = np.unique(seg, return_inverse=True)
         buffers = [self.buffers[s] for s in segs.tolist()]
         sources = [self.sources[s] for s in segs.tolist()]
         idx = None if len(segs) == 1 else where.astype(np.int32).reshape(-1)
@@ -141,6 +155,11 @@ class ByteStore:
         if not len(entries):
             return
         self._count(entries, -1)
+        if len(entries) <= SMALL:
+            empty = [seg for seg in set(entries["seg"].tolist()) if self.count[seg] == 0]
+            if empty:
+                self._drop(np.array(empty))
+            return
         segs = np.unique(entries["seg"])
         empty = segs[self.count[segs] == 0]
         if len(empty):
