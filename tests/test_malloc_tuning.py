@@ -68,8 +68,9 @@ def test_tuned_epochs_reuse_the_memory_of_earlier_ones(records):
     directory, n = records
     plain, tuned = _epochs(directory, False), _epochs(directory, True)
     assert plain["n"] == tuned["n"] == n
-    # untuned, each epoch faults in a good part of its 64 MB again (glibc unmaps what is freed)
-    assert sum(plain["faults"][2:]) > PAGES // 2, plain
+    # untuned, each epoch faults in a good part of its 64 MB again (glibc unmaps what is freed:
+    # measured 3,700-6,700 of its 16,384 pages per epoch)
+    assert sum(plain["faults"][2:]) > PAGES // 4, plain
     # tuned, the third and fourth epochs fault in under a tenth of what the untuned ones do
     assert sum(tuned["faults"][2:]) * 10 < sum(plain["faults"][2:]), (plain, tuned)
 
@@ -79,5 +80,5 @@ def test_a_shuffle_of_large_records_needs_no_tuning(records):
     plain = _epochs(directory, False, "store")
     assert plain["n"] == n
     # the shuffle's store keeps the values in recycled read buffers: later epochs fault in
-    # under a tenth of their data (before the store: more than half of it, untuned)
-    assert sum(plain["faults"][2:]) < 2 * PAGES // 10, plain
+    # almost nothing (measured 40-70 pages; before the store, more than half their data)
+    assert sum(plain["faults"][2:]) < PAGES // 20, plain
