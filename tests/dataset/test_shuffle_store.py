@@ -162,3 +162,27 @@ def test_held_memory_stays_within_the_bound(files, monkeypatch):
     assert len(_ids_and_check(_pipeline(files, buffer=128))) == N
     # between compactions the store may exceed the bound by what one step lets go of
     assert max(worst) <= 2 * max(os.path.getsize(f) for f in files)
+
+
+def test_stored_values_spill_and_restore_from_json(files, tmp_path):
+    """Carried (GZIP: no origins) stored values written to a spill file at checkpoint time."""
+    import json
+
+    gz = []
+    for p in files:
+        tpudata.write_records(p + ".gz", list(TFRecordDataset(p)), compression="GZIP")
+        gz.append(p + ".gz")
+    spill = str(tmp_path / "spill")
+
+    def make():
+        return tpudata.Dataset.list_files(gz, shuffle=False).interleave(
+            lambda f: TFRecordDataset(f, compression_type="GZIP"), cycle_length=3).parse(
+            SPEC).shuffle(64, seed=7, spill_url=spill, spill_bytes=1 << 10)
+
+    full = _ids_and_check(make())
+    with make().iterator() as it:
+        head = _ids_and_check(next(it) for _ in range(40))
+        state = json.loads(json.dumps(it.get_state()))
+    assert os.listdir(spill), "the buffer was not spilled"
+    with make().iterator(state) as it:
+        assert head + _ids_and_check(it) == full
