@@ -126,7 +126,8 @@ def read(buf: memoryview, data_len: int, layout: list) -> tuple[bytes, list[byte
 def lend(m: mmap.mmap, data_len: int, layout: list, on_free) -> tuple[bytes, list]:
     """The pickle and views of the buffers in mapping ``m``; ``on_free`` runs once no array made
     from them is left."""
-    base = np.frombuffer(m, np.uint8, count=max(start + size for start, size in layout))
+    end = max([data_len] + [start + size for start, size in layout])  # no buffers: the pickle alone
+    base = np.frombuffer(m, np.uint8, count=end)
     weakref.finalize(base, on_free).atexit = False
     return base[:data_len].tobytes(), [base[start : start + size] for start, size in layout]
 

@@ -94,3 +94,18 @@ def test_parse_after_batch_keeps_the_column_without_copying_it_out(path, monkeyp
     assert calls == [] and all(isinstance(b["img"], BytesColumn) for b in batches)
     monkeypatch.undo()
     assert [v for b in batches for v in b["img"].tolist()] == [_value(i) for i in range(10)]
+
+
+def test_columns_pickle_as_their_values_not_their_read_buffers():
+    from tpudata.dataset.core.columns import RecordColumn
+
+    values = [bytes([i]) * 10_000 for i in range(100)]  # 1 MB of read buffer
+    for cls in (RecordColumn, BytesColumn):
+        col = cls.from_bytes(values).take(np.array([7, 3]))
+        data = pickle.dumps(col, protocol=5)
+        assert len(data) < 25_000, f"{cls.__name__} pickled {len(data)} bytes for 20 KB of values"
+        back = pickle.loads(data)
+        assert type(back) is cls and back.to_list() == [values[7], values[3]]
+        buffers = []
+        pickle.dumps(col, protocol=5, buffer_callback=buffers.append)
+        assert max(memoryview(b).nbytes for b in buffers) == 20_000  # the values, in one piece

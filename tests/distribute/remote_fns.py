@@ -77,3 +77,28 @@ def straggle_on_file(x, marker: str):
         open(marker, "w").close()
         time.sleep(10)
     return x
+
+
+IMAGE_SPEC = {"i": tpudata.FixedLenFeature([], np.int64), "img": tpudata.FixedLenFeature([], bytes)}
+
+
+def image(i: int, repeat: int = 800) -> bytes:
+    """4-10 KB (a shuffle keeps it in its store); ``repeat=100``: 0.5-1.1 KB (bytes objects)."""
+    return (b"%05d" % i) * (repeat + repeat // 8 * (i % 13))
+
+
+def make_image_files(directory, sizes=(120, 100, 140), repeat: int = 800) -> list[str]:
+    files, i = [], 0
+    for k, n in enumerate(sizes):
+        path = os.path.join(str(directory), f"img-{k:05d}-of-{len(sizes):05d}")
+        write_records(path, [tpudata.encode_example({"i": j, "img": image(j, repeat)})
+                             for j in range(i, i + n)])
+        files.append(path)
+        i += n
+    return files
+
+
+def image_pipeline(files) -> Dataset:
+    """A shuffle over parsed image values: what leaves a split is a BytesColumn over the
+    shuffle's store, which must travel as its values only."""
+    return TFRecordDataset(files).parse(IMAGE_SPEC).shuffle(16, seed=3).batch(8)

@@ -205,3 +205,19 @@ def test_a_spawned_process_pool_hands_chunks_over_in_shared_memory(files):
     assert fns.ids(out) == list(range(sum(fns.SIZES)))
     assert out[0]["big"].flags.writeable and (out[-1]["big"] == out[-1]["i"]).all()
     assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"tpd_x{os.getpid()}_")]
+
+
+@pytest.mark.parametrize("repeat", [800, 100])
+def test_columns_of_large_values_travel_from_a_process_pool_as_their_values(tmp_path, repeat):
+    """800: a batch whose bytes feature is a column over a shuffle's read buffers; the process
+    pool hands on the values (packed in one array), not the buffers. 100: object arrays only,
+    a chunk in shared memory with no numpy buffer in it (it failed to decode)."""
+    files = fns.make_image_files(tmp_path, repeat=repeat)
+    here = list(fns.image_pipeline(files).distribute(None))
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(2, mp_context=ctx) as ex:
+        there = list(fns.image_pipeline(files).distribute(ex))
+    assert [b["i"].tolist() for b in there] == [b["i"].tolist() for b in here]
+    for b in there:
+        assert [bytes(v) for v in b["img"]] == [fns.image(int(i), repeat) for i in b["i"]]
+    assert sorted(int(i) for b in there for i in b["i"]) == list(range(360))

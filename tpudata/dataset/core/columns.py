@@ -111,6 +111,25 @@ class RecordColumn:
     def to_list(self) -> list[bytes]:
         return self.as_batch().to_list()
 
+    def packed(self) -> np.ndarray:
+        """The values back to back in one new uint8 array (``lengths`` cut it)."""
+        lengths = np.asarray(self.lengths, dtype=np.int64)
+        if not len(lengths) or int(lengths.sum()) < 64 * len(lengths):  # small values: C splits, one join
+            return np.frombuffer(b"".join(self.to_list()), dtype=np.uint8)
+        out = np.empty(int(lengths.sum()), dtype=np.uint8)
+        srcs = [np.frombuffer(b, dtype=np.uint8) for b in self.buffers]
+        which = [0] * len(lengths) if self.buf_idx is None else self.buf_idx.tolist()
+        pos = 0
+        for b, o, n in zip(which, self.offsets.tolist(), lengths.tolist()):
+            out[pos : pos + n] = srcs[b][o : o + n]
+            pos += n
+        return out
+
+    def __reduce__(self):
+        """Pickles as its values packed in one array (an out-of-band buffer under protocol 5),
+        never as the read buffers they sit in."""
+        return (_unpack_column, (type(self), self.packed(), np.asarray(self.lengths, np.int64)))
+
     def to_array(self) -> np.ndarray:
         arr = np.empty(len(self), dtype=object)
         if len(self):
@@ -127,6 +146,13 @@ class RecordColumn:
 
     def __repr__(self) -> str:
         return f"<RecordColumn of {len(self)} records in {len(self.buffers)} buffer(s)>"
+
+
+def _unpack_column(cls, flat: np.ndarray, lengths: np.ndarray) -> RecordColumn:
+    offsets = np.zeros(len(lengths), dtype=np.int64)
+    if len(lengths) > 1:
+        np.cumsum(lengths[:-1], out=offsets[1:])
+    return cls([flat], [(None, None)], None, offsets, lengths)
 
 
 class BytesColumn(RecordColumn):
@@ -188,9 +214,6 @@ class BytesColumn(RecordColumn):
         return np.logical_not(self.__eq__(other))
 
     __hash__ = None  # type: ignore[assignment]
-
-    def __reduce__(self):  # pickles (e.g. into map worker processes) as one compact buffer
-        return (BytesColumn.from_bytes, (self.to_list(),))
 
     def views(self) -> tuple[list, np.ndarray | None, np.ndarray, np.ndarray]:
         """``(buffers, buf_idx, offsets, lengths)``: value ``i`` is
