@@ -105,12 +105,7 @@ BYTES_AS = ("list", "tensor")
 def copy_column(col: BytesColumn, dst: np.ndarray, offsets: np.ndarray) -> None:
     """Copy value ``i`` of ``col`` to ``dst[offsets[i]:offsets[i + 1]]`` (uint8 views, no bytes
     objects)."""
-    buffers, buf_idx, starts, lengths = col.views()
-    srcs = [np.frombuffer(b, dtype=np.uint8) for b in buffers]
-    which = [0] * len(lengths) if buf_idx is None else buf_idx.tolist()
-    for b, o, s, n in zip(which, offsets[:-1].tolist(), starts.tolist(), lengths.tolist()):
-        if n:
-            dst[o : o + n] = srcs[b][s : s + n]
+    col.copy_to(dst, offsets)
 
 
 def to_torch(batch, bytes_as: str = "list", _shared: bool | None = None):

@@ -116,14 +116,19 @@ class RecordColumn:
         lengths = np.asarray(self.lengths, dtype=np.int64)
         if not len(lengths) or int(lengths.sum()) < 64 * len(lengths):  # small values: C splits, one join
             return np.frombuffer(b"".join(self.to_list()), dtype=np.uint8)
-        out = np.empty(int(lengths.sum()), dtype=np.uint8)
-        srcs = [np.frombuffer(b, dtype=np.uint8) for b in self.buffers]
-        which = [0] * len(lengths) if self.buf_idx is None else self.buf_idx.tolist()
-        pos = 0
-        for b, o, n in zip(which, self.offsets.tolist(), lengths.tolist()):
-            out[pos : pos + n] = srcs[b][o : o + n]
-            pos += n
+        starts = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=starts[1:])
+        out = np.empty(int(starts[-1]), dtype=np.uint8)
+        self.copy_to(out, starts)
         return out
+
+    def copy_to(self, dst: np.ndarray, starts: np.ndarray) -> None:
+        """Copy value ``i`` to ``dst[starts[i]:starts[i] + lengths[i]]`` (uint8, no bytes objects)."""
+        srcs = [np.frombuffer(b, dtype=np.uint8) for b in self.buffers]
+        which = [0] * len(self.lengths) if self.buf_idx is None else self.buf_idx.tolist()
+        for b, o, s, n in zip(which, starts.tolist(), self.offsets.tolist(), self.lengths.tolist()):
+            if n:
+                dst[o : o + n] = srcs[b][s : s + n]
 
     def __reduce__(self):
         """Pickles as its values packed in one array (an out-of-band buffer under protocol 5),

@@ -81,6 +81,11 @@ class ShuffleDataset(ProcessSeeded, Dataset):
 _STORED = {"records": RecordColumn, "bytes": BytesColumn}
 
 
+def _stored_as(kind):
+    """The column class of a stored buffer kind, or None (not stored)."""
+    return _STORED[kind[1]] if kind is not None and kind[0] == "store" else None
+
+
 def _from_buffer(col, kind):
     if kind is not None and kind[0] == "varlen":
         rows = [np.asarray(r, dtype=kind[1]) for r in col.tolist()] if len(col) else []
@@ -264,9 +269,10 @@ class _ShuffleIterator(BlockIterator):
         kind; after the first block, in the kind the first block gave the leaf."""
         if first and isinstance(col, RecordColumn) and col.nbytes >= STORE_MIN * len(col):
             kind = ("store", "bytes" if isinstance(col, BytesColumn) else "records")
-        if kind is not None and kind[0] == "store":
+        cls = _stored_as(kind)
+        if cls is not None:
             if not isinstance(col, RecordColumn):
-                col = _STORED[kind[1]].from_bytes(np.asarray(col, dtype=object).ravel().tolist())
+                col = cls.from_bytes(np.asarray(col, dtype=object).ravel().tolist())
             return self.store.add(col), kind
         if isinstance(col, RecordColumn):
             return col.to_array(), kind
@@ -314,8 +320,9 @@ class _ShuffleIterator(BlockIterator):
     def _emit(self, cols, n: int) -> Block:
         leaves = []
         for c, kind in zip(cols, self.kinds):
-            if kind is not None and kind[0] == "store":  # views of the store's segments
-                leaves.append(self.store.column(c, _STORED[kind[1]]))
+            cls = _stored_as(kind)
+            if cls is not None:  # views of the store's segments
+                leaves.append(self.store.column(c, cls))
                 self.store.release(c)
             else:
                 leaves.append(_from_buffer(c, kind))
@@ -323,9 +330,9 @@ class _ShuffleIterator(BlockIterator):
 
     def _compact(self) -> None:
         """Move stored values out of mostly emitted segments (see shuffle_store)."""
-        stored = [k for k, kind in enumerate(self.kinds) if kind is not None and kind[0] == "store"]
-        if not stored or not self.store.needs_compaction():
+        if not self.store.needs_compaction():  # (every step: the cheap check first)
             return
+        stored = [k for k, kind in enumerate(self.kinds) if _stored_as(kind) is not None]
         lo = self.drain_pos if self.phase == "drain" else 0
         columns = [self.cols[k][lo : self.fill] for k in stored] if self.cols else []
         if self.pending is not None:
@@ -429,9 +436,8 @@ class _ShuffleIterator(BlockIterator):
             return {"origin": snap}
         # views, not copies: a snapshot still referenced (e.g. by a prefetch queue) is copied
         # just before the buffer changes (_freeze); JSON (or a spill file) only at checkpoints
-        leaves = [self.store.column(c[lo:hi], _STORED[kind[1]])
-                  if kind is not None and kind[0] == "store" else c[lo:hi]
-                  for c, kind in zip(cols[: self.nleaves], self.kinds)]
+        leaves = [c[lo:hi] if cls is None else self.store.column(c[lo:hi], cls)
+                  for c, cls in zip(cols[: self.nleaves], map(_stored_as, self.kinds))]
         saved = {"tree": tree_to_json(self.tree), "kinds": [_kind_to_json(k) for k in self.kinds]}
         snap = _Carried(saved, leaves, self.spills, group)
         self._live.add(snap)
@@ -471,14 +477,7 @@ class _ShuffleIterator(BlockIterator):
 
     def _stored(self, cols: list) -> list:
         """Restored leaves in their buffer kinds (stored values go into the store)."""
-        out = []
-        for c, kind in zip(cols, self.kinds):
-            if kind is not None and kind[0] == "store":
-                if not isinstance(c, RecordColumn):
-                    c = _STORED[kind[1]].from_bytes(np.asarray(c, dtype=object).ravel().tolist())
-                c = self.store.add(c)
-            out.append(c)
-        return out
+        return [self._to_buffer(c, kind, False)[0] for c, kind in zip(cols, self.kinds)]
 
     def get_state(self):
         if self._saved is None:  # asked again and again between steps: computed once

@@ -70,8 +70,7 @@ class ByteStore:
         self.live_bytes = 0
         self.held_bytes = 0
         self.open: int | None = None  # the segment compaction appends to ...
-        self.open_pos = 0  # ... from this offset
-        self.closed: list = []  # segments that were open, to let go once empty
+        self.open_pos = 0  # ... from this offset (a full one is let go by release, as any)
 
     def _segment(self, buffer, source) -> int:
         seg = self.by_id.get(id(buffer))
@@ -140,7 +139,7 @@ class ByteStore:
     def column(self, entries: np.ndarray, cls=RecordColumn) -> RecordColumn:
         """A ``cls`` column of the values ``entries`` name (views of the segments)."""
         seg = entries["seg"]
-        if len(seg) and (len(seg) == 1 or not (seg != seg[0]).any()):  # one segment
+        if len(seg) and not (seg != seg[0]).any():  # one segment (no sort)
             k = int(seg[0])
             return cls([self.buffers[k]], [self.sources[k]], None, entries["off"].copy(),
                        entries["len"].copy())
@@ -197,9 +196,6 @@ class ByteStore:
         self._count(entries, -1)
         self._count(placed, 1)
         self._drop(moving_arr)
-        closed, self.closed = np.array(self.closed, dtype=np.int64), []
-        if len(closed):
-            self._drop(closed[self.count[closed] == 0])
 
     def _copy(self, entries: np.ndarray) -> np.ndarray:
         """Copies of the values ``entries`` name, appended to the open ``CHUNK`` segment (a
@@ -211,8 +207,6 @@ class ByteStore:
                 seg, pos = self._segment(_outpool.empty((length,), np.uint8), (None, None)), 0
             else:
                 if self.open is None or self.open_pos + length > CHUNK:
-                    if self.open is not None:
-                        self.closed.append(self.open)
                     self.open = self._segment(_outpool.empty((CHUNK,), np.uint8), (None, None))
                     self.open_pos = 0
                 seg, pos = self.open, self.open_pos
