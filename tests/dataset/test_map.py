@@ -15,7 +15,7 @@ import pytest
 
 from tpudata.dataset import AUTOTUNE, Dataset, TensorSpec
 from tpudata.errors import SpecError
-from tests.dataset.helpers import outputs, plain, tpudata_threads
+from tests.dataset.helpers import check_restore_everywhere, outputs, plain, tpudata_threads
 
 
 class Counter:
@@ -225,3 +225,58 @@ def test_map_tuples_and_plain_values():
     ds = Dataset.from_tensor_slices((np.arange(3), np.arange(3) * 10)).map(
         lambda a, b: (b, a), num_parallel_calls=2)
     assert [plain(e) for e in ds] == [[0, 0], [10, 1], [20, 2]]
+
+
+def _input_block_sizes(ds):
+    """The block sizes the shuffle under ``ds`` hands out in one epoch."""
+    from tpudata.dataset.ops import shuffle as shuffle_mod
+
+    sizes = []
+    depth = [0]
+    original = shuffle_mod._ShuffleIterator.next
+
+    def spy(self):  # the outermost call (next may call itself)
+        depth[0] += 1
+        try:
+            block = original(self)
+        finally:
+            depth[0] -= 1
+        if block is not None and depth[0] == 0:
+            sizes.append(block.n)
+        return block
+
+    shuffle_mod._ShuffleIterator.next = spy
+    try:
+        outputs(ds)
+    finally:
+        shuffle_mod._ShuffleIterator.next = original
+    return sizes
+
+
+@pytest.mark.parametrize("zipped", [False, True])
+def test_a_sequential_map_under_batch_takes_its_input_a_batch_at_a_time(zipped):
+    # batch(16) asks the map for 16 elements: the map (and a zip under it) ask their input for
+    # 16 at once instead of one block per element
+    src = Dataset.range(64).shuffle(8, seed=1)
+    if zipped:
+        ds = Dataset.zip((src, Dataset.range(64))).map(lambda x, i: x + i).batch(16)
+    else:
+        ds = src.map(lambda x: x * 2).batch(16)
+    sizes = _input_block_sizes(ds)
+    assert sum(sizes) == 64
+    assert max(sizes) == 16 and len(sizes) <= 6, sizes
+    threaded = _input_block_sizes(src.map(lambda x: x * 2, num_parallel_calls=2).batch(16))
+    assert sum(threaded) == 64
+
+
+@pytest.mark.parametrize("make", [
+    lambda: Dataset.zip((Dataset.range(40).shuffle(40, seed=1),
+                         Dataset.range(80).filter(lambda x: x % 3 != 1))).batch(8),
+    lambda: Dataset.zip((Dataset.range(40).filter(lambda x: x % 3 != 1),
+                         Dataset.range(40).shuffle(40, seed=2))).map(lambda a, b: a * 100 + b).batch(5),
+    lambda: Dataset.range(40).shuffle(16, seed=3).map(lambda x: x + 1).map(lambda x: x * 2).batch(6),
+], ids=["zip-filter", "filter-zip-map", "map-map"])
+def test_inputs_asked_for_several_elements_restore_everywhere(make):
+    # an exact input (the shuffle) asked for several elements may be left inside a block (a zip
+    # takes what its other input has): its position there restores exactly
+    check_restore_everywhere(make)

@@ -174,11 +174,14 @@ class Cursor:
         self.done = False
         self._items: list | None = None  # self.block's elements, once asked for one by one
 
-    def _fill(self, want: int = 1) -> bool:
+    def _fill(self, want: int = 1, one_by_one: bool = False) -> bool:
         while self.block is None or self.pos >= self.block.n:
             if self.done:
                 return False
-            self.before = None if self.it.exact_want else self.it.get_state()
+            # an exact input's block is consumed whole, unless several elements are asked for and
+            # maybe taken in parts (next_element, available): a position inside it needs the snapshot
+            exact = self.it.exact_want and not (one_by_one and want > 1)
+            self.before = None if exact else self.it.get_state()
             self.base = 0
             self.it.want = want
             self.block = self.it.next()
@@ -198,9 +201,10 @@ class Cursor:
         self.pos = end
         return out
 
-    def next_element(self):
-        """One element (user-facing value); raises StopIteration at the end."""
-        if not self._fill():
+    def next_element(self, want: int = 1):
+        """One element (user-facing value); raises StopIteration at the end. ``want``: how many
+        elements the caller will take one by one now (a block of up to that many is fetched)."""
+        if not self._fill(want, True):
             raise StopIteration
         if self._items is None:
             self._items = list(self.block.elements())
@@ -222,9 +226,10 @@ class Cursor:
             return None
         return Block.concat(parts)
 
-    def available(self) -> int:
-        """Elements left in the current block (fetching one if needed); 0 at the end."""
-        if not self._fill():
+    def available(self, want: int = 1) -> int:
+        """Elements left in the current block (fetching one of up to ``want`` if needed); 0 at
+        the end. The caller may take fewer than the block holds."""
+        if not self._fill(want, True):
             return 0
         return self.block.n - self.pos
 

@@ -187,6 +187,11 @@ class _MapIterator(MapperIterator):
         self.p = 0  # input elements read since the restore point
         self.low = 0  # lowest fed position not yet delivered
         self.out_p: set = set(int(s) for s in skip)  # input numbers delivered (or to skip)
+        # elements this next() still needs: what the feed asks its input for at a time when every
+        # element fed is also consumed by this next() (sequential, or fused and deferring), so
+        # the input hands over whole blocks, not one element each; 1 under threads
+        self.ask = 1
+        self.threaded = False
 
     def _feed(self):
         """Input elements as ``(p, element)``, recording where each one starts.
@@ -198,7 +203,7 @@ class _MapIterator(MapperIterator):
             with self.lock:
                 state = self.cursor.get_state()
                 try:
-                    element = self.cursor.next_element()
+                    element = self.cursor.next_element(1 if self.threaded else self.ask)
                 except StopIteration:
                     return
                 p = self.p
@@ -219,6 +224,7 @@ class _MapIterator(MapperIterator):
         apply = _Apply(self.ds.fn, self.skip_errors)
         if not self.workers:
             return ((first + pos, apply(item)) for pos, item in enumerate(feed))
+        self.threaded = True
         self.mapper = ThreadMapper(apply, self.workers, deterministic=self.deterministic, stop=self.ctx.stop)
         self.ctx.on_stop(self.mapper.close)
         results = self.mapper.imap(feed)
@@ -249,6 +255,7 @@ class _MapIterator(MapperIterator):
             if calls and stop.is_set():  # closing: no more user calls than the one running
                 break
             calls += 1
+            self.ask = max(1, self.want) - len(rows)
             try:
                 pos, out = next(self.results)
             except StopIteration:

@@ -45,7 +45,7 @@ class _ZipIterator(BlockIterator):
         self.tree = tree
 
     def next(self):
-        n = min(c.available() for c in self.cursors)
+        n = min(c.available(max(1, self.want)) for c in self.cursors)
         if n == 0:
             return None
         parts = [c.next_block(n) for c in self.cursors]
