@@ -304,3 +304,18 @@ def _check_batch(batch, crops, flips):
         assert failed and e.index == failed[0], (failed, str(e))
     else:
         assert not failed, failed
+
+
+@needs_kernel
+def test_a_file_that_loops_the_recovering_decoder_fails_instead_of_hanging():
+    """tests/data/recover_loop.jpg (a damaged, cut-short JPEG with restart markers): with
+    try_recover_truncated, libjpeg reading TensorFlow's way asks for the same stale bytes forever
+    (TensorFlow 2.21's decode_jpeg had not returned after 90 s); tpudata fails it at once, naming
+    the flag. Without the flag it fails as a truncated file."""
+    path = os.path.join(os.path.dirname(__file__), "..", "data", "recover_loop.jpg")
+    with open(path, "rb") as f:
+        data = f.read()
+    with pytest.raises(InvalidImageError, match="try_recover_truncated.*never returns"):
+        ti.decode_jpeg(data, channels=3, try_recover_truncated=True)
+    with pytest.raises(InvalidImageError, match="truncated"):
+        ti.decode_jpeg(data, channels=3)

@@ -20,6 +20,8 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
+#include "_jpeg_huffman.c"
+
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -34,6 +36,7 @@ struct err_mgr {
     int finishing;  /* every row is out: reading on to EOI */
     int quiet_end;  /* the data ran out then: not an error (as in TensorFlow) */
     int past_header; /* jpeg_read_header returned: truncated image data, not a truncated header */
+    int looping;     /* recover: the decoder kept asking for the same stale bytes (see src_fill) */
     char msg[JMSG_LENGTH_MAX];
 };
 
@@ -52,13 +55,18 @@ static void err_init(struct jpeg_decompress_struct *cinfo, struct err_mgr *jerr)
     cinfo->err = jpeg_std_error(&jerr->pub);
     jerr->pub.error_exit = on_error_exit;
     jerr->pub.output_message = on_output_message;
-    jerr->truncated = jerr->finishing = jerr->quiet_end = jerr->past_header = 0;
+    jerr->truncated = jerr->finishing = jerr->quiet_end = jerr->past_header = jerr->looping = 0;
     jerr->msg[0] = 0;
 }
 
 /* The message of a libjpeg error caught by setjmp. */
 static void err_format(const struct err_mgr *jerr, char *err) {
-    if (jerr->truncated && !jerr->past_header)
+    if (jerr->looping)
+        snprintf(err, ERRLEN,
+                 "corrupt JPEG data: with try_recover_truncated the decoder reads the same bytes over "
+                 "and over (TensorFlow's decode_jpeg never returns on this file); decode it without "
+                 "try_recover_truncated, or drop it");
+    else if (jerr->truncated && !jerr->past_header)
         snprintf(err, ERRLEN, "truncated JPEG data: the file ends inside its headers (no image data)");
     else if (jerr->truncated)
         snprintf(err, ERRLEN,
@@ -89,7 +97,14 @@ typedef struct {
     struct jpeg_source_mgr pub;
     const JOCTET *data;
     int recover;
+    const JOCTET *stale_at; /* recover: where the last stale fields pointed, and how often in a row */
+    long stale_count;
 } mem_src;
+
+/* Stale fields handed back this often in a row at one position: the decoder is going round in a
+ * loop that never ends (TensorFlow's source, which does the same, hangs there). A legitimate
+ * re-read of a block's bytes asks a few times at most. */
+#define STALE_LOOP_LIMIT 10000
 
 static const JOCTET fake_eoi[2] = {0xFF, JPEG_EOI};
 
@@ -102,7 +117,15 @@ static boolean src_fill(j_decompress_ptr cinfo) {
     struct err_mgr *e = (struct err_mgr *)cinfo->err;
     if (s->pub.bytes_in_buffer == 0 && s->pub.next_input_byte == s->data) ERREXIT(cinfo, JERR_INPUT_EMPTY);
     if (s->recover) {
-        if (s->pub.bytes_in_buffer != 0) return TRUE; /* stale: TensorFlow's source does the same */
+        if (s->pub.bytes_in_buffer != 0) { /* stale: TensorFlow's source does the same */
+            s->stale_count = s->pub.next_input_byte == s->stale_at ? s->stale_count + 1 : 1;
+            s->stale_at = s->pub.next_input_byte;
+            if (s->stale_count > STALE_LOOP_LIMIT) {
+                e->looping = 1;
+                ERREXIT(cinfo, JERR_FILE_READ);
+            }
+            return TRUE;
+        }
         if (s->pub.next_input_byte == fake_eoi) ERREXIT(cinfo, JERR_FILE_READ);
         WARNMS(cinfo, JWRN_JPEG_EOF);
         s->pub.next_input_byte = fake_eoi;
@@ -213,6 +236,7 @@ static int decode_region(const unsigned char *data, size_t len, const decode_opt
         return -1;
     }
     jpeg_start_decompress(&cinfo);
+    fast_huffman_install(&cinfo);
     /* Widen the decoded columns by one iMCU each side: libjpeg-turbo's fancy upsampler treats the
      * edge of a cropped scanline as the image edge (it differs from a full decode there, e.g. for
      * 4:2:2 and 4:2:0 files, and TensorFlow's DecodeAndCropJpeg shows that difference). With
@@ -955,7 +979,32 @@ done:
     return result;
 }
 
+/* _set_fast_huffman(flag) -> previous: use the fast entropy decoder (_jpeg_huffman.c) where it
+ * applies (the default) or libjpeg's throughout; _fast_huffman_scans() -> the scans it decoded
+ * so far. For the tests that compare the two decoders. */
+static PyObject *py_set_fast_huffman(PyObject *self, PyObject *args) {
+    int flag;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "p", &flag)) return NULL;
+    int before = fast_huffman_enabled;
+#ifdef TPU_FAST_HUFFMAN
+    fast_huffman_enabled = flag;
+#else
+    (void)flag;
+#endif
+    return PyBool_FromLong(before);
+}
+
+static PyObject *py_fast_huffman_scans(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyLong_FromLong(__atomic_load_n(&fast_huffman_scans, __ATOMIC_RELAXED));
+}
+
 static PyMethodDef methods[] = {
+    {"_set_fast_huffman", py_set_fast_huffman, METH_VARARGS,
+     "_set_fast_huffman(flag) -> previous setting (tests: compare with libjpeg's own entropy decoder)"},
+    {"_fast_huffman_scans", py_fast_huffman_scans, METH_NOARGS, "_fast_huffman_scans() -> scans decoded by it"},
     {"jpeg_info", py_jpeg_info, METH_VARARGS, "jpeg_info(data) -> (height, width, components, colorspace)"},
     {"decode_into", py_decode_into, METH_VARARGS,
      "decode_into(data, out, channels, fast_dct, fancy, y, x, h, w[, recover, max_bytes, tf_crop]): decode a "
