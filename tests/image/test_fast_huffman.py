@@ -166,3 +166,19 @@ def test_restart_markers_out_of_order_stay_with_libjpeg():
     fast, slow = _both(lambda: ti.decode_jpeg(swapped, channels=3))
     assert fast == slow
     assert k._fast_huffman_scans() == before  # libjpeg resynchronises, as it always did
+
+
+def test_a_file_bigger_than_the_kept_buffers_decodes_the_same():
+    # over 4 MB of scan: the unstuffed copy comes from libjpeg's image pool, not the thread's
+    from PIL import Image
+
+    noise = np.random.default_rng(5).integers(0, 256, (1600, 1800, 3), np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(noise).save(buf, "JPEG", quality=100, subsampling=0)
+    data = buf.getvalue()
+    assert len(data) > 4 << 20
+    k = _kernel()
+    before = k._fast_huffman_scans()
+    fast, slow = _both(lambda: ti.decode_jpeg(data, channels=3))
+    assert fast[0] == "ok" and fast == slow
+    assert k._fast_huffman_scans() == before + 1

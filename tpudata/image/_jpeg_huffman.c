@@ -38,6 +38,9 @@ static int fast_huffman_enabled = 1; /* _set_fast_huffman(): the tests compare b
 static long fast_huffman_scans = 0;  /* scans it took over (for the tests; counted atomically) */
 
 #define FAST_BITS 11
+/* a thread keeps its unstuffed-data buffers for the next image up to this size (a bigger file's
+ * come from libjpeg's image pool and go with the image) */
+#define FH_KEEP_BYTES ((size_t)4 << 20)
 
 typedef struct {
     /* entry: bits 0-4 bits used (0: longer code, or none: the slow path), bit 5 clear (so the
@@ -371,18 +374,27 @@ static int fast_huffman_install(j_decompress_ptr cinfo) {
     unsigned int total = cinfo->MCUs_per_row * cinfo->MCU_rows_in_scan, interval = cinfo->restart_interval;
     int nseg = interval ? (int)((total + interval - 1) / interval) : 1;
     struct jpeg_source_mgr *src = cinfo->src;
-    size_t need = src->bytes_in_buffer + 16;
-    if (f->data_cap < need) {
-        free(f->data);
-        f->data = (unsigned char *)malloc(need);
-        f->data_cap = f->data ? need : 0;
+    size_t need = src->bytes_in_buffer + 16, seg_need = sizeof(size_t) * ((size_t)nseg + 1);
+    unsigned char *data;
+    size_t *seg;
+    if (need + seg_need > FH_KEEP_BYTES) { /* a big file: buffers for this image only */
+        data = (unsigned char *)(*cinfo->mem->alloc_large)((j_common_ptr)cinfo, JPOOL_IMAGE, need);
+        seg = (size_t *)(*cinfo->mem->alloc_large)((j_common_ptr)cinfo, JPOOL_IMAGE, seg_need);
+    } else {
+        if (f->data_cap < need) {
+            free(f->data);
+            f->data = (unsigned char *)malloc(need);
+            f->data_cap = f->data ? need : 0;
+        }
+        if (f->seg_cap < (size_t)nseg + 1) {
+            free(f->seg);
+            f->seg = (size_t *)malloc(seg_need);
+            f->seg_cap = f->seg ? (size_t)nseg + 1 : 0;
+        }
+        if (f->data == NULL || f->seg == NULL) return 0; /* out of memory: libjpeg's decoder */
+        data = f->data;
+        seg = f->seg;
     }
-    if (f->seg_cap < (size_t)nseg + 1) {
-        free(f->seg);
-        f->seg = (size_t *)malloc(sizeof(size_t) * ((size_t)nseg + 1));
-        f->seg_cap = f->seg ? (size_t)nseg + 1 : 0;
-    }
-    if (f->data == NULL || f->seg == NULL) return 0; /* out of memory: libjpeg's decoder */
     fh_decoder *d = &f->dec;
     memset(&d->pub, 0, sizeof(d->pub));
     d->blocks = cinfo->blocks_in_MCU;
@@ -390,8 +402,8 @@ static int fast_huffman_install(j_decompress_ptr cinfo) {
     d->interval = interval;
     d->nseg = nseg;
     d->mcu = 0;
-    d->data = f->data;
-    d->seg = f->seg;
+    d->data = data;
+    d->seg = seg;
     const unsigned char *p = src->next_input_byte, *end = p + src->bytes_in_buffer;
     const unsigned char *marker = fh_unstuff(d, p, end);
     if (marker == NULL) return 0;
