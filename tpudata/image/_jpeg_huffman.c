@@ -25,10 +25,22 @@
  * odd restart markers) keeps libjpeg's decoder.
  */
 
-#if defined(LIBJPEG_TURBO_VERSION) && defined(__has_include)
+#ifdef LIBJPEG_TURBO_VERSION
+#define TPU_FAST_HUFFMAN 1
+#if defined(__has_include) && !defined(TPU_NO_JPEGINT)
 #if __has_include(<jpegint.h>)
 #include <jpegint.h>
-#define TPU_FAST_HUFFMAN 1
+#define TPU_HAVE_JPEGINT 1
+#endif
+#endif
+#ifndef TPU_HAVE_JPEGINT
+/* jpegint.h is not installed everywhere (Debian ships it, libjpeg-turbo's own install does not):
+ * the entropy decoder's interface as libjpeg declares it there, unchanged since libjpeg 6b */
+struct jpeg_entropy_decoder {
+    void (*start_pass)(j_decompress_ptr cinfo);
+    boolean (*decode_mcu)(j_decompress_ptr cinfo, JBLOCKROW *MCU_data);
+    boolean insufficient_data;
+};
 #endif
 #endif
 
@@ -359,7 +371,8 @@ static const fh_table *fh_table_for(fh_scratch *f, const JHUFF_TBL *h, int is_ac
 static int fast_huffman_install(j_decompress_ptr cinfo) {
     if (!fast_huffman_enabled || cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8)
         return 0;
-    if (cinfo->inputctl == NULL || cinfo->inputctl->has_multiple_scans || cinfo->unread_marker != 0) return 0;
+    /* one scan holds every component (libjpeg's has_multiple_scans is false) */
+    if (cinfo->comps_in_scan != cinfo->num_components || cinfo->unread_marker != 0) return 0;
     if (cinfo->Ss != 0 || cinfo->Se != DCTSIZE2 - 1 || cinfo->Ah != 0 || cinfo->Al != 0) return 0;
     if (cinfo->blocks_in_MCU < 1 || cinfo->blocks_in_MCU > D_MAX_BLOCKS_IN_MCU) return 0;
     if (cinfo->output_scanline != 0 || cinfo->src == NULL) return 0;
