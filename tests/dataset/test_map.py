@@ -280,3 +280,35 @@ def test_inputs_asked_for_several_elements_restore_everywhere(make):
     # an exact input (the shuffle) asked for several elements may be left inside a block (a zip
     # takes what its other input has): its position there restores exactly
     check_restore_everywhere(make)
+
+
+@pytest.mark.parametrize("need, chunk", [(None, 1), (64, 32), (5, 3)])
+def test_the_thread_executor_hands_out_chunks_of_what_the_consumer_needs(need, chunk):
+    # need 64 on 2 threads: tasks of up to 32 elements; no need given: one element per task
+    from tpudata.dataset.parallel.executor import ThreadMapper
+
+    mapper = ThreadMapper(lambda x: x * 2, 2)
+    submitted = []
+    submit = mapper._pool.submit
+    mapper._pool.submit = lambda fn, items: (submitted.append(len(items)), submit(fn, items))[1]
+    try:
+        out = list(mapper.imap(range(128), need=None if need is None else (lambda: need)))
+    finally:
+        mapper.close()
+    assert out == [(x, 2 * x) for x in range(128)]
+    assert max(submitted) == chunk and sum(submitted) == 128
+    assert len(submitted) <= 4 * 128 // chunk + 4
+
+
+def test_an_error_inside_a_chunk_comes_after_the_results_before_it():
+    def f(x):
+        if int(x) == 21:
+            raise ValueError("element 21")
+        return x
+
+    it = Dataset.range(64).map(f, num_parallel_calls=2).iterator()
+    seen = []
+    with pytest.raises(ValueError, match="element 21"):
+        for v in it:
+            seen.append(int(v))
+    assert seen == list(range(21))

@@ -352,7 +352,9 @@ class Dataset:
 
         The function is called element by element, only for elements the consumer asks for.
         ``num_parallel_calls=N`` (or ``AUTOTUNE``: one per core) runs up to N calls at once on
-        threads (for work that releases the GIL: decoding, numpy); ``use_processes=True`` runs
+        threads (for work that releases the GIL: decoding, numpy), handing each thread a chunk
+        of the elements the consumer wants (a batch's worth split N ways), so a cheap function
+        costs a few microseconds per element, not a task each; ``use_processes=True`` runs
         them in N worker processes instead (forkserver, else spawn; N defaults to one per core)
         for Python that holds the GIL. The function must pickle: a module-level function, or
         with cloudpickle installed also a lambda or nested function. A task is a chunk of up to

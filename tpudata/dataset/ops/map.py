@@ -1,9 +1,11 @@
 """map: apply a user function to every element, element by element, on demand.
 
 The function is called only for elements the consumer asks for: sequentially in the consumer's
-thread, or with ``num_parallel_calls=N`` on N threads with at most N elements in flight.
-``range(100_000).map(f).take(3)`` calls ``f`` 3 times; with ``num_parallel_calls=N``, at most
-``3 + N - 1`` times. ``use_processes=True`` runs it in N worker processes, chunks of elements
+thread, or with ``num_parallel_calls=N`` on N threads, each task a chunk of what the consumer
+still wants split N ways (under ``batch(128)``, two tasks of 64 elements on 2 threads; one
+element each when iterating element by element), with at most N - 1 elements beyond that in
+flight. ``range(100_000).map(f).take(3)`` calls ``f`` 3 times; with ``num_parallel_calls=N``, at
+most ``3 + N - 1`` times. ``use_processes=True`` runs it in N worker processes, chunks of elements
 per task, with at most ``max(192, 32 * N)`` elements in flight (:mod:`tpudata.dataset.parallel.processes.map`).
 
 >>> [int(x) for x in Dataset.range(5).map(lambda x: x * 10, num_parallel_calls=2)]
@@ -189,7 +191,8 @@ class _MapIterator(MapperIterator):
         self.out_p: set = set(int(s) for s in skip)  # input numbers delivered (or to skip)
         # elements this next() still needs: what the feed asks its input for at a time when every
         # element fed is also consumed by this next() (sequential, or fused and deferring), so
-        # the input hands over whole blocks, not one element each; 1 under threads
+        # the input hands over whole blocks, not one element each (1 under threads, whose
+        # executor takes it as the size of its chunks)
         self.ask = 1
         self.threaded = False
 
@@ -227,7 +230,7 @@ class _MapIterator(MapperIterator):
         self.threaded = True
         self.mapper = ThreadMapper(apply, self.workers, deterministic=self.deterministic, stop=self.ctx.stop)
         self.ctx.on_stop(self.mapper.close)
-        results = self.mapper.imap(feed)
+        results = self.mapper.imap(feed, need=lambda: self.ask)  # chunks of what the consumer wants
         return results if not first else ((first + pos, out) for pos, out in results)
 
     def _deferred_results(self):
