@@ -75,7 +75,7 @@ typedef struct {
     unsigned char *data;
     size_t *seg;
     int nseg, cur;
-    unsigned int interval, mcu, total;
+    unsigned int interval, mcu;
     /* the bit reader: buf holds `bits` bits at its top; pos is the offset of the next byte to
      * load in the current segment, which is read as its `len` bytes followed by zeros (what
      * libjpeg reads past the end) */
@@ -318,9 +318,9 @@ typedef struct fh_scratch {
     unsigned char key[2][NUM_HUFF_TBLS][17 + 256]; /* the JHUFF_TBL each table was built from */
     int have[2][NUM_HUFF_TBLS];
     unsigned char *data;
-    size_t data_cap;
+    size_t data_cap; /* bytes */
     size_t *seg;
-    size_t seg_cap;
+    size_t seg_cap; /* bytes */
 } fh_scratch;
 
 static void fh_scratch_free(void *p) {
@@ -350,6 +350,16 @@ static fh_scratch *fh_thread_scratch(void) {
         }
     }
     return f;
+}
+
+/* *buf grown to at least `bytes` (*cap: its size), or NULL without memory. */
+static void *fh_reserve(void **buf, size_t *cap, size_t bytes) {
+    if (*cap < bytes) {
+        free(*buf);
+        *buf = malloc(bytes);
+        *cap = *buf ? bytes : 0;
+    }
+    return *buf;
 }
 
 static const fh_table *fh_table_for(fh_scratch *f, const JHUFF_TBL *h, int is_ac, int n) {
@@ -394,24 +404,13 @@ static int fast_huffman_install(j_decompress_ptr cinfo) {
         data = (unsigned char *)(*cinfo->mem->alloc_large)((j_common_ptr)cinfo, JPOOL_IMAGE, need);
         seg = (size_t *)(*cinfo->mem->alloc_large)((j_common_ptr)cinfo, JPOOL_IMAGE, seg_need);
     } else {
-        if (f->data_cap < need) {
-            free(f->data);
-            f->data = (unsigned char *)malloc(need);
-            f->data_cap = f->data ? need : 0;
-        }
-        if (f->seg_cap < (size_t)nseg + 1) {
-            free(f->seg);
-            f->seg = (size_t *)malloc(seg_need);
-            f->seg_cap = f->seg ? (size_t)nseg + 1 : 0;
-        }
-        if (f->data == NULL || f->seg == NULL) return 0; /* out of memory: libjpeg's decoder */
-        data = f->data;
-        seg = f->seg;
+        data = (unsigned char *)fh_reserve((void **)&f->data, &f->data_cap, need);
+        seg = (size_t *)fh_reserve((void **)&f->seg, &f->seg_cap, seg_need);
+        if (data == NULL || seg == NULL) return 0; /* out of memory: libjpeg's decoder */
     }
     fh_decoder *d = &f->dec;
     memset(&d->pub, 0, sizeof(d->pub));
     d->blocks = cinfo->blocks_in_MCU;
-    d->total = total;
     d->interval = interval;
     d->nseg = nseg;
     d->mcu = 0;
