@@ -194,7 +194,6 @@ class _MapIterator(MapperIterator):
         # the input hands over whole blocks, not one element each (1 under threads, whose
         # executor takes it as the size of its chunks)
         self.ask = 1
-        self.threaded = False
 
     def _feed(self):
         """Input elements as ``(p, element)``, recording where each one starts.
@@ -206,7 +205,7 @@ class _MapIterator(MapperIterator):
             with self.lock:
                 state = self.cursor.get_state()
                 try:
-                    element = self.cursor.next_element(1 if self.threaded else self.ask)
+                    element = self.cursor.next_element(1 if self.mapper is not None else self.ask)
                 except StopIteration:
                     return
                 p = self.p
@@ -227,7 +226,6 @@ class _MapIterator(MapperIterator):
         apply = _Apply(self.ds.fn, self.skip_errors)
         if not self.workers:
             return ((first + pos, apply(item)) for pos, item in enumerate(feed))
-        self.threaded = True
         self.mapper = ThreadMapper(apply, self.workers, deterministic=self.deterministic, stop=self.ctx.stop)
         self.ctx.on_stop(self.mapper.close)
         results = self.mapper.imap(feed, need=lambda: self.ask)  # chunks of what the consumer wants
