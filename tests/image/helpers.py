@@ -25,11 +25,15 @@ def golden_bytes(g: dict, name: str) -> bytes:
     return g[f"bytes/{name}"].tobytes()
 
 
-def jpeg(height: int, width: int, seed: int = 0, **kw) -> bytes:
+def jpeg(height: int, width: int, seed: int = 0, mode: str = "RGB", **kw) -> bytes:
+    """A photo-like JPEG (quality 90 unless ``quality`` says otherwise; ``mode``: "L", "CMYK")."""
     from PIL import Image
 
+    img = Image.fromarray(photo_like(np.random.default_rng(seed), height, width))
+    if mode != "RGB":
+        img = img.convert(mode)
     buf = io.BytesIO()
-    Image.fromarray(photo_like(np.random.default_rng(seed), height, width)).save(buf, "JPEG", quality=90, **kw)
+    img.save(buf, "JPEG", **{"quality": 90, **kw})
     return buf.getvalue()
 
 

@@ -19,41 +19,29 @@ import pytest
 import tpudata.image as ti
 from tpudata.errors import InvalidImageError
 from tpudata.image import _backend
-from tpudata.image.synthetic import photo_like
 from tests.data.jpeg_edits import SET_FF, TRUNCATE, XOR, apply_edit
-from tests.image.helpers import needs_kernel
+from tests.image.helpers import jpeg, needs_kernel
 
 pytestmark = needs_kernel
 # damaged copies of each file (tools/sanitize.sh runs more, as for tests/image/test_hostile_jpeg.py)
 EDITS = max(60, int(os.environ.get("TPUDATA_JPEG_FUZZ_EDITS", "300")) // 20)
 
 
-def _jpeg(h: int, w: int, seed: int = 0, mode: str = "RGB", **kw) -> bytes:
-    from PIL import Image
-
-    img = Image.fromarray(photo_like(np.random.default_rng(seed), h, w))
-    if mode != "RGB":
-        img = img.convert(mode)
-    buf = io.BytesIO()
-    img.save(buf, "JPEG", **{"quality": 90, **kw})
-    return buf.getvalue()
-
-
 # name -> JPEG: the layouts the decoder takes over (and two it leaves to libjpeg)
 def _files() -> dict:
     return {
-        "420": _jpeg(37, 53, 1),
-        "444": _jpeg(40, 31, 2, subsampling=0),
-        "422": _jpeg(33, 47, 3, subsampling=1),
-        "gray": _jpeg(29, 41, 4, mode="L"),
-        "optimized": _jpeg(45, 38, 5, optimize=True),
-        "q100": _jpeg(24, 40, 6, quality=100),
-        "q20": _jpeg(50, 50, 7, quality=20),
-        "restart-1": _jpeg(40, 56, 8, restart_marker_blocks=1),
-        "restart-3": _jpeg(48, 33, 9, restart_marker_blocks=3, subsampling=0),
-        "restart-rows": _jpeg(64, 64, 10, restart_marker_rows=1),
-        "cmyk": _jpeg(20, 30, 11, mode="CMYK"),
-        "progressive": _jpeg(30, 30, 12, progressive=True),
+        "420": jpeg(37, 53, 1),
+        "444": jpeg(40, 31, 2, subsampling=0),
+        "422": jpeg(33, 47, 3, subsampling=1),
+        "gray": jpeg(29, 41, 4, mode="L"),
+        "optimized": jpeg(45, 38, 5, optimize=True),
+        "q100": jpeg(24, 40, 6, quality=100),
+        "q20": jpeg(50, 50, 7, quality=20),
+        "restart-1": jpeg(40, 56, 8, restart_marker_blocks=1),
+        "restart-3": jpeg(48, 33, 9, restart_marker_blocks=3, subsampling=0),
+        "restart-rows": jpeg(64, 64, 10, restart_marker_rows=1),
+        "cmyk": jpeg(20, 30, 11, mode="CMYK"),
+        "progressive": jpeg(30, 30, 12, progressive=True),
     }
 
 
