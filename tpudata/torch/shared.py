@@ -41,7 +41,7 @@ import torch
 from tpudata._shm import (ALIGN, MADV_POPULATE_READ, MADV_POPULATE_WRITE, Layout, copy_out,
                           populate, put)
 from tpudata.dataset.core.columns import BytesColumn
-from tpudata.torch.tensors import ByteStrings, copy_column, to_torch
+from tpudata.torch.tensors import ByteStrings, to_torch
 
 logger = logging.getLogger(__name__)
 
@@ -206,7 +206,7 @@ def pack(batch, bytes_as: str = "list", threshold: int = BYTES_THRESHOLD) -> Pac
         np.cumsum(lengths, out=offsets[1:])
         base = ref.bytes_at
         if isinstance(items, BytesColumn):  # straight from the read buffers
-            copy_column(items, view[base : base + ref.bytes_len], offsets)
+            items.copy_to(view[base : base + ref.bytes_len], offsets)
         elif ref.bytes_len and ref.bytes_len < 64 * len(items):  # many small strings: one join
             view[base : base + ref.bytes_len] = np.frombuffer(b"".join(items), dtype=np.uint8)
         else:

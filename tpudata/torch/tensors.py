@@ -60,7 +60,7 @@ class ByteStrings:
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         values = _uint8(int(offsets[-1]), shared)
-        copy_column(col, values.numpy(), offsets)
+        col.copy_to(values.numpy(), offsets)
         return cls(values, torch.from_numpy(offsets))
 
     def __len__(self) -> int:
@@ -102,12 +102,6 @@ def _in_worker() -> bool:
 BYTES_AS = ("list", "tensor")
 
 
-def copy_column(col: BytesColumn, dst: np.ndarray, offsets: np.ndarray) -> None:
-    """Copy value ``i`` of ``col`` to ``dst[offsets[i]:offsets[i + 1]]`` (uint8 views, no bytes
-    objects)."""
-    col.copy_to(dst, offsets)
-
-
 def to_torch(batch, bytes_as: str = "list", _shared: bool | None = None):
     """numpy arrays -> tensors without a copy (``torch.from_numpy``); arrays of byte strings ->
     lists of bytes, or :class:`ByteStrings` with ``bytes_as="tensor"``; dicts/lists kept."""
@@ -135,4 +129,4 @@ def to_torch(batch, bytes_as: str = "list", _shared: bool | None = None):
     return batch
 
 
-__all__ = ["BYTES_AS", "ByteStrings", "copy_column", "to_torch"]
+__all__ = ["BYTES_AS", "ByteStrings", "to_torch"]
