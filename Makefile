@@ -8,7 +8,7 @@ JSTAMP := $(VENV)/.installed-demo-jax
 FSTAMP := $(VENV)/.installed-frameworks
 # what a (re)install depends on: the packaging and the C accelerator
 SOURCES := pyproject.toml setup.py tpudata/_native.c tpudata/_native_example.c tpudata/image/_imgkernel.c \
-	tpudata/image/_jpeg_huffman.c
+	tpudata/image/_jpeg_huffman.c tpudata/image/_resize_simd.c
 # quiet installs: setuptools' note on every editable install ("Editable installation. Please be
 # careful with folders ...") is information, not a problem; other warnings still show. The demo's
 # installs (-qq) show errors only.

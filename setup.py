@@ -19,7 +19,7 @@ setup(
         Extension(
             "tpudata.image._imgkernel",
             sources=["tpudata/image/_imgkernel.c"],
-            depends=["tpudata/image/_jpeg_huffman.c"],  # included by _imgkernel.c
+            depends=["tpudata/image/_jpeg_huffman.c", "tpudata/image/_resize_simd.c"],  # included by _imgkernel.c
             libraries=["jpeg"],
             extra_compile_args=["-O3", "-std=gnu99", "-fno-strict-aliasing", "-ffp-contract=off"],
             extra_link_args=["-pthread"],

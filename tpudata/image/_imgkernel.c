@@ -26,6 +26,8 @@
 #include <emmintrin.h>
 #endif
 
+#include "_resize_simd.c"
+
 /* ------------------------------------------------------------------------------------------ */
 /* libjpeg error handling: longjmp out with the library's message.                            */
 
@@ -378,8 +380,6 @@ static void init_tables(void) {
     }
 }
 
-typedef struct { int idx[4]; float w[4]; } taps4;
-
 static inline int bound(int v, int limit) { return v < 0 ? 0 : (v > limit - 1 ? limit - 1 : v); }
 
 static void cubic_taps(int half_pixel, float scale, int out, int limit, taps4 *t) {
@@ -402,6 +402,7 @@ static void cubic_taps(int half_pixel, float scale, int out, int limit, taps4 *t
             w0 *= inv; w1 *= inv; w2 *= inv; w3 *= inv;
         }
     }
+    t->in = in;
     t->idx[0] = i0; t->idx[1] = i1; t->idx[2] = i2; t->idx[3] = i3;
     t->w[0] = w0; t->w[1] = w1; t->w[2] = w2; t->w[3] = w3;
 }
@@ -517,81 +518,28 @@ static void emit_row(const post_params *p, float *v, int flip, void *dst_row) {
     }
 }
 
-/* Vertical 4-tap pass over n values: ((r0*w0 + r1*w1) + r2*w2) + r3*w3 (no FMA: same rounding in
- * every vector width). Built twice, AVX2 picked at run time where the CPU has it. */
-#define VERTICAL4_BODY                                                                              \
-    float a = wt[0], b = wt[1], c = wt[2], d = wt[3];                                              \
-    for (int i = 0; i < n; i++)                                                                     \
-        col[i] = (float)r0[i] * a + (float)r1[i] * b + (float)r2[i] * c + (float)r3[i] * d;
-
-static void vertical4_base(const unsigned char *restrict r0, const unsigned char *restrict r1,
-                           const unsigned char *restrict r2, const unsigned char *restrict r3,
-                           const float *wt, int n, float *restrict col) {
-    VERTICAL4_BODY
-}
-
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-__attribute__((target("avx2"))) static void vertical4_avx2(
-    const unsigned char *restrict r0, const unsigned char *restrict r1, const unsigned char *restrict r2,
-    const unsigned char *restrict r3, const float *wt, int n, float *restrict col) {
-    VERTICAL4_BODY
-}
-static int have_avx2 = -1;
-#endif
-
-static void vertical4(const unsigned char *r0, const unsigned char *r1, const unsigned char *r2,
-                      const unsigned char *r3, const float *wt, int n, float *col) {
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-    if (have_avx2 > 0) {
-        vertical4_avx2(r0, r1, r2, r3, wt, n, col);
-        return;
-    }
-#endif
-    vertical4_base(r0, r1, r2, r3, wt, n, col);
-}
-
-/* Horizontal 4-tap pass of one row: out[x] = ((c[i0]*w0 + c[i1]*w1) + c[i2]*w2) + c[i3]*w3 per
- * channel, 4 lanes at a time where the taps are contiguous (same operation order in every lane). */
-static void horizontal4(const float *col, const taps4 *xt, int ow, float *orow) {
-    for (int x = 0; x < ow; x++) {
-        const taps4 *t = &xt[x];
-#ifdef __SSE2__
-        if (t->idx[1] == t->idx[0] + 1 && t->idx[2] == t->idx[0] + 2 && t->idx[3] == t->idx[0] + 3) {
-            const float *q = col + t->idx[0] * 3;
-            __m128 acc = _mm_mul_ps(_mm_loadu_ps(q), _mm_set1_ps(t->w[0]));
-            acc = _mm_add_ps(acc, _mm_mul_ps(_mm_loadu_ps(q + 3), _mm_set1_ps(t->w[1])));
-            acc = _mm_add_ps(acc, _mm_mul_ps(_mm_loadu_ps(q + 6), _mm_set1_ps(t->w[2])));
-            acc = _mm_add_ps(acc, _mm_mul_ps(_mm_loadu_ps(q + 9), _mm_set1_ps(t->w[3])));
-            _mm_storeu_ps(orow + x * 3, acc); /* the 4th lane is overwritten by the next pixel */
-            continue;
-        }
-#endif
-        for (int ch = 0; ch < 3; ch++)
-            orow[x * 3 + ch] = col[t->idx[0] * 3 + ch] * t->w[0] + col[t->idx[1] * 3 + ch] * t->w[1] +
-                               col[t->idx[2] * 3 + ch] * t->w[2] + col[t->idx[3] * 3 + ch] * t->w[3];
-    }
-}
-
 /* Resize an (h, w, 3) uint8 image (rows `stride` bytes apart) to (out_h, out_w, 3) and emit it
  * into dst. */
 static void resize_emit(const post_params *p, const unsigned char *img, ptrdiff_t stride, int h, int w,
-                        int flip, void *dst, float *work, taps4 *xt4, taps2 *xt2) {
+                        int flip, void *dst, float *work, taps4 *xt4, taps2 *xt2, hplan *plan) {
     int oh = p->out_h, ow = p->out_w;
     size_t item = p->out_dtype == 0 ? 1 : (p->out_dtype == 1 ? 4 : 2);
     size_t drow = (size_t)ow * 3 * item;
-    float *col = work;                  /* w*3 floats: vertical pass */
-    float *orow = work + (size_t)w * 3 + 4; /* ow*3 (+1) floats: output row, then 2 x ow*3 for bilinear */
+    float *col = work + HPAD; /* w*3 floats, HPAD more each side (+HSPAN readable): vertical pass */
+    float *orow = col + (size_t)w * 3 + HPAD + HSPAN; /* ow*3 (+1) floats: output row, then 2 x ow*3 for bilinear */
     int half = p->method == 1 || p->method == 3;
     float hs = (float)h / (float)oh, ws = (float)w / (float)ow;
     if (p->method <= 1) {
         for (int x = 0; x < ow; x++) cubic_taps(half, ws, x, w, &xt4[x]);
+        hplan_build(xt4, ow, w, plan);
         for (int y = 0; y < oh; y++) {
             taps4 yt;
             cubic_taps(half, hs, y, h, &yt);
             const unsigned char *r0 = img + yt.idx[0] * stride, *r1 = img + yt.idx[1] * stride,
                                 *r2 = img + yt.idx[2] * stride, *r3 = img + yt.idx[3] * stride;
             vertical4(r0, r1, r2, r3, yt.w, w * 3, col);
-            horizontal4(col, xt4, ow, orow);
+            if (plan->vals) hpad_edges(col, w);
+            horizontal4(col, plan, xt4, ow, orow);
             emit_row(p, orow, flip, (char *)dst + (size_t)y * drow);
         }
     } else {
@@ -643,6 +591,8 @@ static void *batch_worker(void *arg) {
     int ow = j->p.out_w;
     taps4 *xt4 = (taps4 *)malloc(sizeof(taps4) * (size_t)ow);
     taps2 *xt2 = (taps2 *)malloc(sizeof(taps2) * (size_t)ow);
+    hplan plan_, *plan = &plan_;
+    int plan_ok = hplan_alloc(plan, ow) == 0;
     for (;;) {
         int i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
         if (i >= j->n) break;
@@ -652,7 +602,7 @@ static void *batch_worker(void *arg) {
         o.tf_crop = (j->flips[i] >> 1) & 1; /* flips bit 1: TensorFlow's DecodeAndCropJpeg columns */
         const unsigned char *region = NULL;
         ptrdiff_t stride = 0;
-        if (!xt4 || !xt2) {
+        if (!xt4 || !xt2 || !plan_ok) {
             snprintf(j->errs[i], ERRLEN, "out of memory");
             j->failed[i] = 1;
             continue;
@@ -664,7 +614,7 @@ static void *batch_worker(void *arg) {
             continue;
         }
         int h = cr[2], w = cr[3];
-        size_t wneed = (size_t)w * 3 + (size_t)ow * 3 * 3 + 32;
+        size_t wneed = (size_t)w * 3 + 2 * HPAD + HSPAN + (size_t)ow * 3 * 3 + 32;
         if (wneed > work_cap) {
             free(work);
             work = (float *)malloc(wneed * sizeof(float));
@@ -676,7 +626,7 @@ static void *batch_worker(void *arg) {
             continue;
         }
         resize_emit(&j->p, region, stride, h, w, j->flips[i] & 1, j->out + j->out_item_bytes * (size_t)i, work,
-                    xt4, xt2);
+                    xt4, xt2, plan);
     }
 #ifdef __SSE2__
     _mm_sfence(); /* the non-temporal stores of emit_row are globally visible before the join */
@@ -684,6 +634,7 @@ static void *batch_worker(void *arg) {
     free(img);
     free(work);
     free(xt4);
+    if (plan_ok) free(plan->base);
     free(xt2);
     return NULL;
 }
@@ -995,6 +946,14 @@ static PyObject *py_set_fast_huffman(PyObject *self, PyObject *args) {
     return PyBool_FromLong(before);
 }
 
+static PyObject *py_set_simd(PyObject *self, PyObject *args) {
+    int level;
+    if (!PyArg_ParseTuple(args, "i", &level)) return NULL;
+    int prev = simd_level;
+    simd_level = level < 0 ? 0 : (level > simd_supported ? simd_supported : level);
+    return Py_BuildValue("(ii)", prev, simd_level);
+}
+
 static PyObject *py_fast_huffman_scans(PyObject *self, PyObject *args) {
     (void)self;
     (void)args;
@@ -1004,6 +963,8 @@ static PyObject *py_fast_huffman_scans(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"_set_fast_huffman", py_set_fast_huffman, METH_VARARGS,
      "_set_fast_huffman(flag) -> previous setting (tests: compare with libjpeg's own entropy decoder)"},
+    {"_set_simd", py_set_simd, METH_VARARGS,
+     "_set_simd(level) -> (previous, now): the resize's vector forms, 0 plain C, 1 AVX2, 2 AVX-512 (tests)"},
     {"_fast_huffman_scans", py_fast_huffman_scans, METH_NOARGS, "_fast_huffman_scans() -> scans decoded by it"},
     {"jpeg_info", py_jpeg_info, METH_VARARGS, "jpeg_info(data) -> (height, width, components, colorspace)"},
     {"decode_into", py_decode_into, METH_VARARGS,
@@ -1019,10 +980,7 @@ static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_imgkernel", NULL
 
 PyMODINIT_FUNC PyInit__imgkernel(void) {
     init_tables();
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-    __builtin_cpu_init();
-    have_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
-#endif
+    simd_init();
     PyObject *m = PyModule_Create(&moduledef);
     if (m) PyModule_AddIntConstant(m, "LIBJPEG_TURBO_VERSION", JPEG_LIB_VERSION);
     if (m) PyModule_AddObject(m, "DEFAULT_MAX_BYTES", PyLong_FromLongLong(DEFAULT_MAX_BYTES));
