@@ -170,3 +170,17 @@ def test_a_file_bigger_than_the_kept_buffers_decodes_the_same():
     fast, slow = _both(lambda: ti.decode_jpeg(data, channels=3))
     assert fast[0] == "ok" and fast == slow
     assert k._fast_huffman_scans() == before + 1
+
+
+@pytest.mark.parametrize("quality", [35, 75, 90, 97])
+def test_photos_of_every_quality_decode_the_same(quality):
+    # two coefficients a lookup where their codes fit together: photo-sized scans at qualities
+    # from few coefficients a block (end of block right after a pair) to nearly all 63
+    data = jpeg(180, 260, 40 + quality, quality=quality)
+    k = _kernel()
+    before = k._fast_huffman_scans()
+    for case in (lambda: ti.decode_jpeg(data, channels=3),
+                 lambda: ti.decode_and_crop_jpeg(data, (20, 30, 150, 200), channels=3)):
+        fast, slow = _both(case)
+        assert fast[0] == "ok" and fast == slow
+    assert k._fast_huffman_scans() == before + 2
