@@ -60,11 +60,13 @@ static long fast_huffman_scans = 0;  /* scans it took over (for the tests; count
 typedef struct {
     /* entry, low half: bits 0-4 bits used (0: longer code, or none: the slow path), bit 5 clear
      * (so the low 6 bits are the shift), bit 6 value included, bits 8-15 the symbol, bits 16-31
-     * the value (int16). High half (AC tables, entries with bit 6), the coefficient that follows
-     * in the same FAST_BITS bits where there is one: bits 32-37 the bits both use (or the first
-     * alone), bit 38 it is the end of block, bits 40-44 its position after the first's (1 + its
-     * run; 0 without one), bits 48-63 its value (the first's without one: stored twice, the same).
-     * DC tables keep the low half only (half the cache). */
+     * the value (int16). AC entries with bit 6 also give the coefficient that follows in the same
+     * FAST_BITS bits where there is one: the low 6 bits are then the bits both use (the shift
+     * goes straight from the loaded entry to the bit buffer: the decoder's critical path), and the
+     * high half has bits 32-37 the bits of the first alone, bit 38 the second is the end of
+     * block, bits 40-44 its position after the first's (1 + its run; 0 without one), bits 48-63
+     * its value (the first's without one: stored twice, the same). DC tables keep the low half
+     * only (half the cache). */
     union {
         uint64_t ac[1 << FAST_BITS];
         uint32_t dc[1 << FAST_BITS];
@@ -146,20 +148,26 @@ static void fh_build(const JHUFF_TBL *h, int is_ac, fh_table *t) {
     t->maxcode[17] = 0x7fffffff;
     t->valoffset[17] = 0;
     if (!is_ac) return;
+    uint32_t one[1 << FAST_BITS]; /* the entries of one coefficient each, before pairing */
+    for (int idx = 0; idx < (1 << FAST_BITS); idx++) one[idx] = (uint32_t)t->fast.ac[idx];
     for (int idx = 0; idx < (1 << FAST_BITS); idx++) { /* the pairs */
-        uint32_t e1 = (uint32_t)t->fast.ac[idx];
+        uint32_t e1 = one[idx];
         if (!(e1 & 64)) continue;
         int l1 = (int)(e1 & 31), rem = FAST_BITS - l1;
         uint64_t hi = (uint64_t)l1 | ((uint64_t)(e1 >> 16) << 16); /* the first alone */
+        int both = l1;
         if (rem > 0) {
-            uint32_t e2 = (uint32_t)t->fast.ac[(idx << l1) & ((1 << FAST_BITS) - 1)];
+            uint32_t e2 = one[(idx << l1) & ((1 << FAST_BITS) - 1)];
             int l2 = (int)(e2 & 31);
-            if ((e2 & 64) && l2 <= rem) /* a coefficient, value included */
-                hi = (uint64_t)(l1 + l2) | ((uint64_t)(1 + ((e2 >> 12) & 15)) << 8) | ((uint64_t)(e2 >> 16) << 16);
-            else if (!(e2 & 64) && l2 && l2 <= rem && ((e2 >> 8) & 255) == 0) /* end of block */
-                hi = (uint64_t)(l1 + l2) | 64u | ((uint64_t)(e1 >> 16) << 16);
+            if ((e2 & 64) && l2 <= rem) { /* a coefficient, value included */
+                hi = (uint64_t)l1 | ((uint64_t)(1 + ((e2 >> 12) & 15)) << 8) | ((uint64_t)(e2 >> 16) << 16);
+                both = l1 + l2;
+            } else if (!(e2 & 64) && l2 && l2 <= rem && ((e2 >> 8) & 255) == 0) { /* end of block */
+                hi = (uint64_t)l1 | 64u | ((uint64_t)(e1 >> 16) << 16);
+                both = l1 + l2;
+            }
         }
-        t->fast.ac[idx] = (uint64_t)e1 | (hi << 32);
+        t->fast.ac[idx] = (uint64_t)((e1 & ~63u) | (uint32_t)both) | (hi << 32);
     }
 }
 
@@ -270,11 +278,11 @@ FH_INLINE void fh_block(j_decompress_ptr cinfo, fh_bits *b, const fh_table *dc, 
         if (p & 64) { /* a coefficient, its value included, and maybe the next one */
             k += (int)(p >> 12) & 15;
             if (k >= DCTSIZE2 - 1) { /* the block's last coefficient: the bits after it are not the block's */
-                fh_drop(b, (int)(p & 63));
+                fh_drop(b, (int)(p >> 32) & 63);
                 block[fh_natural[k]] = (JCOEF)(int16_t)(p >> 16);
                 return;
             }
-            fh_drop(b, (int)(p >> 32) & 63);
+            fh_drop(b, (int)(p & 63));
             block[fh_natural[k]] = (JCOEF)(int16_t)(p >> 16);
             if (p & ((uint64_t)64 << 32)) return; /* then the end of block */
             k += (int)(p >> 40) & 31;
