@@ -273,8 +273,11 @@ FH_INLINE void fh_block(j_decompress_ptr cinfo, fh_bits *b, const fh_table *dc, 
     block[0] = (JCOEF)dcv;
     int k = 1;
     while (k < DCTSIZE2) {
-        if (b->bits < 32) fh_refill(b);
+        /* the lookup needs only the top FAST_BITS bits: it goes first, and the refill (bits
+         * below those) is off the path from one lookup to the next */
+        if (__builtin_expect(b->bits < FAST_BITS, 0)) fh_refill(b);
         uint64_t p = ac->fast.ac[b->buf >> (64 - FAST_BITS)];
+        if (b->bits < 32) fh_refill(b);
         if (p & 64) { /* a coefficient, its value included, and maybe the next one */
             k += (int)(p >> 12) & 15;
             if (k >= DCTSIZE2 - 1) { /* the block's last coefficient: the bits after it are not the block's */
