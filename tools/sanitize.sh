@@ -74,7 +74,7 @@ EOF
 # fd 2 just before the process exits) reaches the log instead of a capture file that dies with it.
 set +e
 "$PY" -m pytest -q -p no:cacheprovider -o addopts="-ra" --capture=sys \
-    tests/test_native_hostile.py tests/image/test_hostile_jpeg.py tests/image/test_fast_huffman.py tests/image/test_resize_simd.py \
+    tests/test_native_hostile.py tests/image/test_hostile_jpeg.py tests/image/test_fast_huffman.py tests/image/test_resize_simd.py tests/image/test_kept_buffers.py \
     tests/test_fuzz.py tests/test_multibatch.py \
     tests/image/test_decode.py tests/image/test_presets.py "$@" 2>&1 | tee "$LOGS/pytest.log"
 status=${PIPESTATUS[0]}

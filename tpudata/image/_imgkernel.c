@@ -582,12 +582,55 @@ typedef struct {
     int *failed;
 } batch_job;
 
+/* The decoded window and the resize's rows: what a thread keeps from one batch call to the next,
+ * up to KEEP_BUF_BYTES each (freed when the thread ends). A per-element map calls the kernel once
+ * per image: buffers freed after each call go back to glibc, which hands the top of a thread's
+ * heap back to the kernel, so every call would fault the pages in and zero them again. */
+#define KEEP_BUF_BYTES ((size_t)16 << 20)
+typedef struct {
+    unsigned char *img;
+    size_t img_cap; /* bytes */
+    float *work;
+    size_t work_cap; /* floats */
+} kept_bufs;
+
+static pthread_key_t kept_key;
+static pthread_once_t kept_once = PTHREAD_ONCE_INIT;
+static int kept_key_ok = 0;
+
+static void kept_free(void *p) {
+    kept_bufs *k = (kept_bufs *)p;
+    if (k == NULL) return;
+    free(k->img);
+    free(k->work);
+    free(k);
+}
+
+static void kept_key_init(void) { kept_key_ok = pthread_key_create(&kept_key, kept_free) == 0; }
+
+/* The calling thread's kept buffers (made on first use), or NULL. */
+static kept_bufs *kept_get(void) {
+    pthread_once(&kept_once, kept_key_init);
+    if (!kept_key_ok) return NULL;
+    kept_bufs *k = (kept_bufs *)pthread_getspecific(kept_key);
+    if (k == NULL) {
+        k = (kept_bufs *)calloc(1, sizeof(kept_bufs));
+        if (k != NULL && pthread_setspecific(kept_key, k) != 0) {
+            free(k);
+            k = NULL;
+        }
+    }
+    return k;
+}
+
 static void *batch_worker(void *arg) {
     batch_job *j = (batch_job *)arg;
-    unsigned char *img = NULL;
-    size_t img_cap = 0;
-    float *work = NULL;
-    size_t work_cap = 0;
+    kept_bufs *kept = kept_get();
+    unsigned char *img = kept ? kept->img : NULL;
+    size_t img_cap = kept ? kept->img_cap : 0;
+    float *work = kept ? kept->work : NULL;
+    size_t work_cap = kept ? kept->work_cap : 0;
+    if (kept) memset(kept, 0, sizeof(*kept)); /* this call's now */
     int ow = j->p.out_w;
     taps4 *xt4 = (taps4 *)malloc(sizeof(taps4) * (size_t)ow);
     taps2 *xt2 = (taps2 *)malloc(sizeof(taps2) * (size_t)ow);
@@ -631,8 +674,18 @@ static void *batch_worker(void *arg) {
 #ifdef __SSE2__
     _mm_sfence(); /* the non-temporal stores of emit_row are globally visible before the join */
 #endif
-    free(img);
-    free(work);
+    if (kept && img_cap <= KEEP_BUF_BYTES) {
+        kept->img = img;
+        kept->img_cap = img_cap;
+    } else {
+        free(img);
+    }
+    if (kept && work_cap * sizeof(float) <= KEEP_BUF_BYTES) {
+        kept->work = work;
+        kept->work_cap = work_cap;
+    } else {
+        free(work);
+    }
     free(xt4);
     if (plan_ok) free(plan->base);
     free(xt2);
@@ -946,6 +999,11 @@ static PyObject *py_set_fast_huffman(PyObject *self, PyObject *args) {
     return PyBool_FromLong(before);
 }
 
+static PyObject *py_kept_bytes(PyObject *self, PyObject *args) {
+    kept_bufs *k = kept_get();
+    return PyLong_FromSize_t(k ? k->img_cap + k->work_cap * sizeof(float) : 0);
+}
+
 static PyObject *py_set_simd(PyObject *self, PyObject *args) {
     int level;
     if (!PyArg_ParseTuple(args, "i", &level)) return NULL;
@@ -963,6 +1021,8 @@ static PyObject *py_fast_huffman_scans(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"_set_fast_huffman", py_set_fast_huffman, METH_VARARGS,
      "_set_fast_huffman(flag) -> previous setting (tests: compare with libjpeg's own entropy decoder)"},
+    {"_kept_bytes", py_kept_bytes, METH_NOARGS,
+     "_kept_bytes() -> bytes of buffers the calling thread keeps for its next batch call (tests)"},
     {"_set_simd", py_set_simd, METH_VARARGS,
      "_set_simd(level) -> (previous, now): the resize's vector forms, 0 plain C, 1 AVX2, 2 AVX-512 (tests)"},
     {"_fast_huffman_scans", py_fast_huffman_scans, METH_NOARGS, "_fast_huffman_scans() -> scans decoded by it"},
