@@ -20,6 +20,23 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
+/* The calling thread's object under `key` (made zeroed on its first use; the key's destructor
+ * frees it when the thread ends), or NULL. `init` makes the key once (`*ok`: whether it could). */
+static void *thread_object(pthread_once_t *once, void (*init)(void), const pthread_key_t *key, const int *ok,
+                           size_t size) {
+    pthread_once(once, init);
+    if (!*ok) return NULL;
+    void *p = pthread_getspecific(*key);
+    if (p == NULL) {
+        p = calloc(1, size);
+        if (p != NULL && pthread_setspecific(*key, p) != 0) {
+            free(p);
+            p = NULL;
+        }
+    }
+    return p;
+}
+
 #include "_jpeg_huffman.c"
 
 #ifdef __SSE2__
@@ -608,19 +625,9 @@ static void kept_free(void *p) {
 
 static void kept_key_init(void) { kept_key_ok = pthread_key_create(&kept_key, kept_free) == 0; }
 
-/* The calling thread's kept buffers (made on first use), or NULL. */
+/* The calling thread's kept buffers, or NULL. */
 static kept_bufs *kept_get(void) {
-    pthread_once(&kept_once, kept_key_init);
-    if (!kept_key_ok) return NULL;
-    kept_bufs *k = (kept_bufs *)pthread_getspecific(kept_key);
-    if (k == NULL) {
-        k = (kept_bufs *)calloc(1, sizeof(kept_bufs));
-        if (k != NULL && pthread_setspecific(kept_key, k) != 0) {
-            free(k);
-            k = NULL;
-        }
-    }
-    return k;
+    return (kept_bufs *)thread_object(&kept_once, kept_key_init, &kept_key, &kept_key_ok, sizeof(kept_bufs));
 }
 
 static void *batch_worker(void *arg) {

@@ -397,18 +397,8 @@ static int fh_key_ok = 0;
 
 static void fh_key_init(void) { fh_key_ok = pthread_key_create(&fh_key, fh_scratch_free) == 0; }
 
-static fh_scratch *fh_thread_scratch(void) {
-    pthread_once(&fh_once, fh_key_init);
-    if (!fh_key_ok) return NULL;
-    fh_scratch *f = (fh_scratch *)pthread_getspecific(fh_key);
-    if (f == NULL) {
-        f = (fh_scratch *)calloc(1, sizeof(fh_scratch));
-        if (f != NULL && pthread_setspecific(fh_key, f) != 0) {
-            free(f);
-            f = NULL;
-        }
-    }
-    return f;
+static fh_scratch *fh_thread_scratch(void) { /* thread_object: _imgkernel.c's */
+    return (fh_scratch *)thread_object(&fh_once, fh_key_init, &fh_key, &fh_key_ok, sizeof(fh_scratch));
 }
 
 /* *buf grown to at least `bytes` (*cap: its size), or NULL without memory. */
