@@ -3,12 +3,13 @@
  * the plain C loops (products summed left to right, no FMA), so they give the same bits; the
  * tests run each form the CPU has against the plain one.
  *
- * - vertical4: 4 source rows (uint8) -> one row of floats. AVX2 converts 8 bytes and AVX-512 16
- *   bytes a step straight from memory (vpmovzxbd), one shuffle per row and step.
+ * - vertical4: 4 source rows (uint8) -> one row of floats. AVX2 converts 8 bytes a step straight
+ *   from memory (vpmovzxbd): one shuffle per row and step.
  * - horizontal4: one row of floats -> the output row. The taps of an output value do not depend on
- *   the row, so a plan made once per image splits the output row into blocks of 16 values; where
- *   the 4 taps of a block's 16 values lie within 32 consecutive source values (any downscale up to
- *   about 1.5x and every upscale), AVX-512 loads those 32 values and picks each tap with one
+ *   the row, so a plan made once per image splits the output row into blocks of 16 values, or 8
+ *   where blocks of 16 would read too far; where the 4 taps of a block's values lie within 32
+ *   consecutive source values (blocks of 16: downscales up to about 1.5x and every upscale;
+ *   blocks of 8: up to about 2.3x), AVX-512 loads those 32 values and picks each tap with one
  *   two-register permute (vpermt2ps). Other blocks, and CPUs without AVX-512, go pixel by pixel.
  */
 
