@@ -2,7 +2,7 @@
 batches stacked or concatenated by the dataset ops.
 
 A batch of 128 ResNet images is a 77 MB float32 array. Fresh, its pages are faulted in and
-zeroed by the kernel on first write: ~0.3 CPU ms per image, a fifth of the whole preprocessing.
+zeroed by the kernel on first write: ~0.1 CPU ms per image, a tenth of the eval preprocessing.
 :func:`empty` hands out arrays over anonymous mappings instead, and a mapping comes back here for
 the next batch once no array or view made from it is left (``weakref.finalize`` on the array all
 views refer to), so steady-state batches reuse memory that is already mapped. At most
