@@ -37,6 +37,17 @@ static void *thread_object(pthread_once_t *once, void (*init)(void), const pthre
     return p;
 }
 
+/* *buf grown to at least `bytes` (*cap: its size in bytes; the contents are not kept), or NULL
+ * without memory. */
+static void *reserve(void **buf, size_t *cap, size_t bytes) {
+    if (*cap < bytes) {
+        free(*buf);
+        *buf = malloc(bytes);
+        *cap = *buf ? bytes : 0;
+    }
+    return *buf;
+}
+
 #include "_jpeg_huffman.c"
 
 #ifdef __SSE2__
@@ -274,12 +285,7 @@ static int decode_region(const unsigned char *data, size_t len, const decode_opt
     if (flex != NULL) { /* direct: whole decoded scanlines; else (CMYK) the converted window */
         out_stride = direct ? (ptrdiff_t)cinfo.output_width * oc : (ptrdiff_t)w * channels;
         size_t need = (size_t)h * (size_t)out_stride;
-        if (need > *flex_cap) {
-            free(*flex);
-            *flex = (unsigned char *)malloc(need);
-            *flex_cap = *flex ? need : 0;
-        }
-        if (*flex == NULL) {
+        if (reserve((void **)flex, flex_cap, need) == NULL) {
             snprintf(err, ERRLEN, "out of memory");
             jpeg_destroy_decompress(&cinfo);
             return -1;
@@ -608,7 +614,7 @@ typedef struct {
     unsigned char *img;
     size_t img_cap; /* bytes */
     float *work;
-    size_t work_cap; /* floats */
+    size_t work_cap; /* bytes */
 } kept_bufs;
 
 static pthread_key_t kept_key;
@@ -665,12 +671,7 @@ static void *batch_worker(void *arg) {
         }
         int h = cr[2], w = cr[3];
         size_t wneed = (size_t)w * 3 + 2 * HPAD + HSPAN + (size_t)ow * 3 * 3 + 32;
-        if (wneed > work_cap) {
-            free(work);
-            work = (float *)malloc(wneed * sizeof(float));
-            work_cap = work ? wneed : 0;
-        }
-        if (!work) {
+        if (reserve((void **)&work, &work_cap, wneed * sizeof(float)) == NULL) {
             snprintf(j->errs[i], ERRLEN, "out of memory");
             j->failed[i] = 1;
             continue;
@@ -687,7 +688,7 @@ static void *batch_worker(void *arg) {
     } else {
         free(img);
     }
-    if (kept && work_cap * sizeof(float) <= KEEP_BUF_BYTES) {
+    if (kept && work_cap <= KEEP_BUF_BYTES) {
         kept->work = work;
         kept->work_cap = work_cap;
     } else {
@@ -1008,7 +1009,7 @@ static PyObject *py_set_fast_huffman(PyObject *self, PyObject *args) {
 
 static PyObject *py_kept_bytes(PyObject *self, PyObject *args) {
     kept_bufs *k = kept_get();
-    return PyLong_FromSize_t(k ? k->img_cap + k->work_cap * sizeof(float) : 0);
+    return PyLong_FromSize_t(k ? k->img_cap + k->work_cap : 0);
 }
 
 static PyObject *py_set_simd(PyObject *self, PyObject *args) {

@@ -397,18 +397,8 @@ static int fh_key_ok = 0;
 
 static void fh_key_init(void) { fh_key_ok = pthread_key_create(&fh_key, fh_scratch_free) == 0; }
 
-static fh_scratch *fh_thread_scratch(void) { /* thread_object: _imgkernel.c's */
+static fh_scratch *fh_thread_scratch(void) { /* thread_object (and reserve below): _imgkernel.c's */
     return (fh_scratch *)thread_object(&fh_once, fh_key_init, &fh_key, &fh_key_ok, sizeof(fh_scratch));
-}
-
-/* *buf grown to at least `bytes` (*cap: its size), or NULL without memory. */
-static void *fh_reserve(void **buf, size_t *cap, size_t bytes) {
-    if (*cap < bytes) {
-        free(*buf);
-        *buf = malloc(bytes);
-        *cap = *buf ? bytes : 0;
-    }
-    return *buf;
 }
 
 static const fh_table *fh_table_for(fh_scratch *f, const JHUFF_TBL *h, int is_ac, int n) {
@@ -453,8 +443,8 @@ static int fast_huffman_install(j_decompress_ptr cinfo) {
         data = (unsigned char *)(*cinfo->mem->alloc_large)((j_common_ptr)cinfo, JPOOL_IMAGE, need);
         seg = (size_t *)(*cinfo->mem->alloc_large)((j_common_ptr)cinfo, JPOOL_IMAGE, seg_need);
     } else {
-        data = (unsigned char *)fh_reserve((void **)&f->data, &f->data_cap, need);
-        seg = (size_t *)fh_reserve((void **)&f->seg, &f->seg_cap, seg_need);
+        data = (unsigned char *)reserve((void **)&f->data, &f->data_cap, need);
+        seg = (size_t *)reserve((void **)&f->seg, &f->seg_cap, seg_need);
         if (data == NULL || seg == NULL) return 0; /* out of memory: libjpeg's decoder */
     }
     fh_decoder *d = &f->dec;
