@@ -19,11 +19,12 @@ memory: GB/s and the consumer's cores (CPU time / wall).
 
     python benchmarks/bench_distributed.py [--images 2048] [--workers 2] [--rounds 3] [--quiet-wait 60]
 
-Scaling (a machine with many cores): --scaling 1,2,4,8,12 runs the distributed pipeline on a
+Scaling (a machine with many cores): --scaling 12,8,4,2,1 runs the distributed pipeline on a
 fresh LocalCluster of each size over --shards files (one split per file; use a multiple of every
-size) and prints images/s and the speedup over the local pipeline against N:
+size) and prints, row by row, images/s and the speedup over the local pipeline against N, beside
+N independent local pipelines run at once (what the machine itself gives N busy cores):
 
-    python benchmarks/bench_distributed.py --scaling 1,2,4,8,12 --images 6144 --shards 48 --rounds 2
+    python benchmarks/bench_distributed.py --scaling 12,8,4,2,1 --images 12288 --shards 96 --rounds 2
 """
 
 from __future__ import annotations
@@ -103,13 +104,16 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def epoch(ds: Dataset) -> tuple[float, float, int, list]:
-    t0, c0, n, sums = time.perf_counter(), _cpu(), 0, []
+def epoch(ds: Dataset) -> tuple[float, float, int, list, float]:
+    """(wall, this process's CPU, images, each batch's checksum and labels, wall to the first)."""
+    t0, c0, n, sums, first = time.perf_counter(), _cpu(), 0, [], None
     with ds.iterator() as it:
         for images, labels in it:
+            if first is None:
+                first = time.perf_counter() - t0
             n += len(images)
             sums.append((int(images[:, ::7, ::7].sum()), labels.tolist()))
-    return time.perf_counter() - t0, _cpu() - c0, n, sums
+    return time.perf_counter() - t0, _cpu() - c0, n, sums, first
 
 
 def start_cluster(workers: int):
@@ -151,7 +155,7 @@ def main() -> None:
             for r in range(args.rounds + 1):  # round 0 warms up (page cache, imports, workers)
                 for name, make in contenders.items():
                     wait_for_quiet(args.quiet_wait)
-                    wall, cpu, n, sums = epoch(make())
+                    wall, cpu, n, sums, _ = epoch(make())
                     outputs[name] = sums
                     if r and (name not in best or wall < best[name][0]):
                         best[name] = (wall, cpu, n)
@@ -212,16 +216,26 @@ def control(pattern: str, n: int) -> tuple[float, float, int]:
 
 
 def scaling(pattern: str, sizes: list, args) -> None:
-    """Images/s of the distributed pipeline on LocalClusters of ``sizes`` workers."""
+    """Images/s of the distributed pipeline on LocalClusters of ``sizes`` workers; each row is
+    printed as soon as it is measured."""
     from distributed import Client
 
     local, reference, ds = None, [], pipeline(pattern)
     for r in range(args.rounds + 1):
-        wall, cpu, n, sums = epoch(ds)
+        wall, cpu, n, sums, first = epoch(ds)
         reference.append(sums)  # epoch r's batches (list_files reshuffles every iteration)
         if r and (local is None or wall < local[0]):
-            local = (wall, cpu, n)
-    rows = []
+            local = (wall, cpu, n, first)
+    batches = local[2] // BATCH
+    print(f"{local[2]} images in {args.shards} shards, {batches} batches of {BATCH} per epoch, "
+          f"{os.cpu_count()} cpus; best of {args.rounds} epochs after a warm-up; every distributed "
+          "epoch's batches are checked equal to the local pipeline's")
+    print("| workers | images/s | speedup over local | speedup / N | CPU per batch | workers busy | "
+          "first batch after | consumer cores | N local pipelines at once: images/s, CPU per batch | "
+          "distributed / that |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    print(f"| local (1 thread) | {local[2] / local[0]:,.0f} | 1.00x | | {local[1] / batches * 1e3:.0f} ms | "
+          f"| {local[3] * 1e3:.0f} ms | {local[1] / local[0]:.2f} | | |", flush=True)
     for workers in sizes:
         proc, address = start_cluster(workers)
         try:
@@ -232,36 +246,30 @@ def scaling(pattern: str, sizes: list, args) -> None:
                 for r in range(args.rounds + 1):
                     wait_for_quiet(args.quiet_wait)
                     busy = sum(client.run(_cpu).values())
-                    wall, cpu, n, sums = epoch(distributed)
+                    wall, cpu, n, sums, first = epoch(distributed)
                     busy = sum(client.run(_cpu).values()) - busy
                     if sums != reference[r]:
                         raise AssertionError(f"{workers} workers: the distributed batches differ")
                     if r and (best is None or wall < best[0]):
-                        best = (wall, cpu, n, busy)
+                        best = (wall, cpu, n, busy, first)
         finally:
             proc.stdin.close()
             proc.wait(timeout=60)
-        rows.append((workers, best, control(pattern, workers) if workers > 1 else None))
-    batches = local[2] // BATCH
-    print(f"{local[2]} images in {args.shards} shards, {batches} batches of {BATCH} per epoch, "
-          f"{os.cpu_count()} cpus; best of {args.rounds} epochs; outputs equal the local pipeline's: yes")
-    print("| workers | images/s | speedup over local | speedup / N | CPU per batch | workers busy | "
-          "consumer cores | N local pipelines at once: images/s, CPU per batch | distributed / that |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    print(f"| local (1 thread) | {local[2] / local[0]:,.0f} | 1.00x | | {local[1] / batches * 1e3:.0f} ms | "
-          f"| {local[1] / local[0]:.2f} | | |")
-    for workers, (wall, cpu, n, busy), ctl in rows:
+        ctl = control(pattern, workers) if workers > 1 else None
+        wall, cpu, n, busy, first = best
         speed = local[0] / wall
         if ctl is None:
-            ctl_cells = "| |"
+            ctl_cells = "| | |"
         else:
             ctl_cells = (f"| {ctl[2] / ctl[0]:,.0f}, {ctl[1] / batches * 1e3:.0f} ms | "
                          f"{(n / wall) / (ctl[2] / ctl[0]):.2f} |")
         print(f"| {workers} | {n / wall:,.0f} | {speed:.2f}x | {speed / workers:.2f} | "
-              f"{busy / batches * 1e3:.0f} ms | {busy / wall / workers:.0%} | {cpu / wall:.2f} {ctl_cells}")
+              f"{busy / batches * 1e3:.0f} ms | {busy / wall / workers:.0%} | {first * 1e3:.0f} ms | "
+              f"{cpu / wall:.2f} {ctl_cells}", flush=True)
     print("CPU per batch: the workers' CPU time (all their threads) per batch; workers busy: that CPU "
-          "over N x wall. N local pipelines at once: N processes, each the local pipeline over 1/N of "
-          "the files, started together (what the machine gives N busy cores, without tpudata's "
+          "over N x wall; first batch after: the wall time from the epoch's start to its first "
+          "batch. N local pipelines at once: N processes, each the local pipeline over 1/N of the "
+          "files, started together (what the machine gives N busy cores, without tpudata's "
           "distribution)")
 
 

@@ -6,10 +6,12 @@ the pickle - and returns only where they are, so the executor's transport moves 
 bytes instead of the arrays. The consumer's arrays are views of the segment (no copy).
 
 Segments are the consumer's **slots**, reused: fresh pages cost more than the copy itself (a
-page fault each), so the consumer hands each request a free slot (:meth:`Transport.take`), the
-worker keeps the slots it wrote mapped (``MAX_MAPPED``, least recently used dropped first), and
-a slot is free again once every array lent from it is gone. A chunk that does not fit its slot
-(or a request sent with none: every slot still lent) goes in a one-off segment that the consumer
+page fault each), so the consumer hands each request a free slot (:meth:`Transport.take`), and a
+slot is free again once every array lent from it is gone. A worker keeps the slots it wrote
+mapped (up to ``MAX_MAPPED`` and ``MAX_MAPPED_BYTES``: all of a consumer's; least recently used
+dropped first, and those their consumer unlinked at the next new one), since mapping a slot
+again costs its page tables, more than the copy. A chunk that does not fit its slot (or a
+request sent with none: every slot still lent) goes in a one-off segment that the consumer
 unlinks when it maps it; the slots grow to fit for the next requests. A slot whose request was
 dropped (a speculative copy, a restore) may still be written by a task running somewhere: it
 is never reused (:meth:`Transport.retire`). Workers elsewhere, or a ``/dev/shm`` too small,
@@ -40,14 +42,15 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
-from tpudata._shm import (SHM_DIR, aligned, close_mapping, create, lend, mapping, out_of_band,
-                          place, sweep, sweep_dead, unlink, write)
+from tpudata._shm import (MADV_POPULATE_WRITE, SHM_DIR, aligned, close_mapping, create, lend,
+                          mapping, out_of_band, place, sweep, sweep_dead, unlink, write)
 from tpudata.errors import SharedMemoryFullError
 
-__all__ = ["INLINE_BYTES", "MAX_MAPPED", "PREFIX", "Parked", "Transport", "encode"]
+__all__ = ["INLINE_BYTES", "MAX_MAPPED", "MAX_MAPPED_BYTES", "PREFIX", "Parked", "Transport", "encode"]
 
 PREFIX = "tpd_x"
-MAX_MAPPED = 16  # slots a worker process keeps mapped
+MAX_MAPPED = 64  # slots a worker process keeps mapped (a consumer has at most MAX_SLOTS = 64) ...
+MAX_MAPPED_BYTES = 2 << 30  # ... and at most this many bytes of them
 INLINE_BYTES = 64 << 10  # chunks smaller than this travel in the executor's own messages
 _LOCK = threading.Lock()
 _MAPPED: collections.OrderedDict = collections.OrderedDict()  # (worker side) name -> mmap
@@ -188,7 +191,9 @@ class Parked:
 
 
 def _mapped(name: str, size: int) -> mmap.mmap:
-    """(worker side) the consumer's slot ``name``, mapped once."""
+    """(worker side) the consumer's slot ``name``, mapped once: a worker keeps every slot it
+    wrote mapped (up to ``MAX_MAPPED`` of ``MAX_MAPPED_BYTES``), since mapping one again costs
+    more than writing the chunk; the slots their consumer has dropped go at the next new one."""
     with _LOCK:
         m = _MAPPED.get(name)
         if m is not None:
@@ -197,9 +202,19 @@ def _mapped(name: str, size: int) -> mmap.mmap:
     seg = SharedMemory(name=name)
     resource_tracker.unregister(seg._name, "shared_memory")  # noqa: SLF001 - the consumer's
     m = mapping(seg, size)
+    try:  # the page tables in one call: a fault per 4 KB page costs twice the copy itself
+        m.madvise(MADV_POPULATE_WRITE)
+    except (OSError, ValueError):  # Linux < 5.14: the pages come in as the chunk is written
+        pass
     with _LOCK:
+        gone = [n for n in _MAPPED if not os.path.exists(os.path.join(SHM_DIR, n))]
+        old = [_MAPPED.pop(n) for n in gone]  # unlinked: held here, their memory would stay
         _MAPPED[name] = m
-        old = [_MAPPED.popitem(last=False)[1] for _ in range(len(_MAPPED) - MAX_MAPPED)]
+        total = sum(len(x) for x in _MAPPED.values())
+        while len(_MAPPED) > 1 and (len(_MAPPED) > MAX_MAPPED or total > MAX_MAPPED_BYTES):
+            o = _MAPPED.popitem(last=False)[1]
+            total -= len(o)
+            old.append(o)
     for o in old:
         o.close()
     return m
