@@ -11,11 +11,15 @@ worker processes) and knows its special tokens. Nothing is ever downloaded.
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import os
 from typing import Any, Callable, Sequence
 
 from tpudata._keywords import strict_keywords
 from tpudata.errors import MissingExtraError, TokenizerError
+from tpudata.text.wordcache import WordCache, word_cache_reason
+
+logger = logging.getLogger(__name__)
 
 # module -> the pip distribution that brings it; both are in the [text] extra
 BACKENDS = {"tokenizers": "tokenizers", "sentencepiece": "sentencepiece"}
@@ -71,6 +75,12 @@ class Tokenizer:
         elif backend == "sentencepiece":
             self._encode = impl.encode
             self._sp_batch, self._sp_numpy = _sentencepiece_calls(impl)
+            self._words = None
+            reason = word_cache_reason(impl, model)
+            if reason is None:
+                self._words = WordCache(impl)
+            else:
+                logger.debug("SentencePiece encodes whole texts: %s", reason)
 
     def encode_batch(self, texts: Sequence[str]) -> list:
         """Token ids of each text (lists, or arrays), no special tokens added."""
@@ -84,15 +94,21 @@ class Tokenizer:
         if self.backend == "tokenizers":
             return [e.ids for e in self._encode(list(texts), add_special_tokens=False)]
         if self.backend == "sentencepiece":
-            encode = self._encode
-            if not self._sp_batch:  # one call per text
-                return [encode(t) for t in texts]
-            # one call for the block, on one thread (it releases the GIL: the op's own threads
-            # spread blocks over cores): less CPU than a call per text or than its thread pool
-            if self._sp_numpy:
-                return encode(list(texts), out_type="numpy", num_threads=1)
-            return encode(list(texts), num_threads=1)
+            if self._words is not None:  # the same ids, each word encoded once
+                return self._words.encode(texts, self._sp_whole)
+            return self._sp_whole(texts)
         return list(self.impl(list(texts)))
+
+    def _sp_whole(self, texts: Sequence[str]) -> list:
+        """SentencePiece's own ids for whole texts."""
+        encode = self._encode
+        if not self._sp_batch:  # one call per text
+            return [encode(t) for t in texts]
+        # one call for the block, on one thread (it releases the GIL: the op's own threads
+        # spread blocks over cores): less CPU than a call per text or than its thread pool
+        if self._sp_numpy:
+            return encode(list(texts), out_type="numpy", num_threads=1)
+        return encode(list(texts), num_threads=1)
 
     def token_id(self, token: str) -> int | None:
         """The id of a token string (None when the vocabulary has no such token)."""

@@ -1,0 +1,113 @@
+"""SentencePiece BPE ids word by word (tpudata.text.wordcache): always SentencePiece's own ids,
+and used only where the model and processor allow it."""
+
+from __future__ import annotations
+
+import io
+import pickle
+import random
+
+import numpy as np
+import pytest
+
+from tests.text.conftest import SENTENCES
+from tpudata.text import wordcache
+from tpudata.text.tokenizer import Tokenizer, load_tokenizer
+
+spm = pytest.importorskip("sentencepiece")
+
+# characters that stress the edges: accents precomposed and combining, NBSP and ideographic
+# space, tab/newline, zero-width and control characters, Hangul jamo and syllables, full-width
+# forms NFKC folds, ligatures, the '▁' SentencePiece uses itself, emoji, CJK
+ALPHABET = list("abcdefghij ABC,.!?-'0123") + [
+    "é", "e\u0301", "\u0301", "\u00a0", "\u3000", "\t", "\n", "\u200b", "\u0007", "\u1100",
+    "\u1161", "\u11a8", "한", "Ａ", "ﬁ", "½", "\u2581", "😀", "日本", "ü", "´", " ", " ", " "]
+
+
+def _model(**options) -> bytes:
+    out = io.BytesIO()
+    texts = SENTENCES * 4 + ["".join(random.Random(i).choices(ALPHABET, k=40)) for i in range(40)]
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_writer=out,
+                                   vocab_size=options.pop("vocab_size", 150), minloglevel=2,
+                                   hard_vocab_limit=False, character_coverage=1.0, **options)
+    return out.getvalue()
+
+
+def _texts(seed: int, n: int = 400) -> list[str]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        kind = rng.random()
+        if kind < 0.5:  # words of plain letters: what the cache serves
+            out.append(" ".join(rng.choice(SENTENCES).split()[:rng.randint(1, 9)]))
+        else:  # anything: it must still give SentencePiece's ids
+            out.append("".join(rng.choices(ALPHABET, k=rng.randint(0, 30))))
+    return out
+
+
+@pytest.mark.parametrize("options", [
+    {"model_type": "bpe"},
+    {"model_type": "bpe", "normalization_rule_name": "nfkc", "byte_fallback": True, "vocab_size": 600},
+    {"model_type": "bpe", "normalization_rule_name": "identity", "user_defined_symbols": ["<sep>", "ab"]},
+])
+def test_word_by_word_gives_sentencepiece_ids_for_any_text(options):
+    sp = spm.SentencePieceProcessor(model_proto=_model(**options))
+    tok = load_tokenizer(sp)
+    assert tok._words is not None  # the cache is in use for these models
+    for seed in range(3):
+        texts = _texts(seed) + ["a <sep> b", "x<sep>y zab", "", " ", "a", "a  b", " a", "a "]
+        got = tok.encode_ids(texts)
+        assert [list(map(int, g)) for g in got] == [sp.encode(t) for t in texts]
+        assert all(g.dtype == np.int32 for g in got)
+    assert len(tok._words) > 0
+
+
+def test_a_full_cache_starts_again_and_stays_right(monkeypatch):
+    monkeypatch.setattr(wordcache, "MAX_WORDS", 5)
+    sp = spm.SentencePieceProcessor(model_proto=_model(model_type="bpe"))
+    tok = load_tokenizer(sp)
+    texts = _texts(7)
+    assert [g.tolist() for g in tok.encode_ids(texts)] == [sp.encode(t) for t in texts]
+    assert len(tok._words) <= 5
+
+
+def test_a_pickled_tokenizer_keeps_using_the_cache():
+    sp = spm.SentencePieceProcessor(model_proto=_model(model_type="bpe"))
+    back = pickle.loads(pickle.dumps(load_tokenizer(sp)))
+    texts = _texts(3)
+    assert back._words is not None
+    assert [g.tolist() for g in back.encode_ids(texts)] == [sp.encode(t) for t in texts]
+
+
+@pytest.mark.parametrize("options, processor, why", [
+    ({"model_type": "unigram"}, {}, "not a BPE model"),
+    ({"model_type": "bpe", "normalization_rule_name": "nmt_nfkc_cf"}, {}, "normalization"),
+    ({"model_type": "bpe", "split_by_whitespace": False}, {}, "after its start"),
+    ({"model_type": "bpe", "treat_whitespace_as_suffix": True}, {}, "'▁'"),
+    ({"model_type": "bpe", "add_dummy_prefix": False}, {}, "add_dummy_prefix"),
+    ({"model_type": "bpe"}, {"add_bos": True}, "add_bos"),
+    ({"model_type": "bpe"}, {"enable_sampling": True}, "enable_sampling"),
+])
+def test_models_and_processors_the_cache_cannot_serve_encode_whole_texts(options, processor, why):
+    model = _model(**options)
+    sp = spm.SentencePieceProcessor(model_proto=model, **processor)
+    assert why in wordcache.word_cache_reason(sp, model)
+    tok = load_tokenizer(sp)
+    assert tok._words is None
+    if not processor.get("enable_sampling"):
+        texts = _texts(5, 50)
+        assert [list(g) for g in tok.encode_ids(texts)] == [sp.encode(t) for t in texts]
+
+
+def test_a_processor_that_adds_ids_per_call_is_caught_by_the_probe():
+    class Marked(spm.SentencePieceProcessor):
+        """A processor whose every call ends with id 0 (as options set inside it would)."""
+
+        def encode(self, text, **kw):
+            return super().encode(text, **kw) + [0]
+
+    model = _model(model_type="bpe")
+    sp = Marked(model_proto=model)
+    assert "probe" in wordcache.word_cache_reason(sp, model)
+    tok = Tokenizer("sentencepiece", sp, model)
+    assert tok._words is None

@@ -1,0 +1,181 @@
+"""SentencePiece BPE ids word by word, each word encoded once: the same ids, less CPU.
+
+A SentencePiece BPE model normalizes a text, marks word starts with ``▁`` and merges adjacent
+symbols only into pieces of its vocabulary. When no piece holds a ``▁`` after its first
+character, no merge crosses a word boundary, and each word's merges happen in the same order
+whatever surrounds it, so a text's ids are its space-separated words' ids one after another:
+a word's ids can be kept and reused. :func:`word_cache_reason` says whether a model allows
+that; :class:`WordCache` encodes texts through it, and hands SentencePiece itself every text it
+cannot vouch for, so the ids always equal ``processor.encode(text)``.
+
+Conditions (checked once, from the model's own bytes and a probe of the processor):
+
+- a BPE model (``model_type=bpe``) whose pieces hold ``▁`` only first;
+- normalization ``nmt_nfkc``, ``nfkc`` or ``identity`` with no rule file, that adds the dummy
+  prefix, removes extra whitespace and escapes it (the defaults), and no
+  ``treat_whitespace_as_suffix``;
+- a processor that adds nothing per call (no BOS/EOS, reversal or sampling).
+
+Texts: words split on single ASCII spaces (none first, last or doubled, and no ``▁`` in the
+text); a word's first and last characters must be ones no normalization joins to a neighbouring
+space (letters, digits, punctuation, symbols: not marks, separators, controls or Hangul jamo;
+every such code point was checked against SentencePiece on both sides of a space). Anything
+else goes to SentencePiece whole.
+
+>>> import io, sentencepiece as spm  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import struct
+import unicodedata
+from typing import Any, Sequence
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MAX_WORDS", "WordCache", "word_cache_reason"]
+
+MAX_WORDS = 1 << 18  # words kept; the cache starts again when full
+_BPE = 2
+_NORMALIZERS = ("nmt_nfkc", "nfkc", "identity")
+_UNSAFE = None  # a word whose ids depend on what surrounds it: its text goes to SentencePiece
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    out = shift = 0
+    while True:
+        b = buf[i]
+        i += 1
+        out |= (b & 0x7F) << shift
+        if b < 0x80:
+            return out, i
+        shift += 7
+
+
+def _fields(buf: bytes):
+    """``(field number, value)`` of a protobuf message: ints for varints, bytes for lengths."""
+    i, n = 0, len(buf)
+    while i < n:
+        key, i = _varint(buf, i)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = _varint(buf, i)
+        elif wire == 2:
+            size, i = _varint(buf, i)
+            value, i = buf[i:i + size], i + size
+        elif wire == 5:
+            value, i = struct.unpack_from("<f", buf, i)[0], i + 4
+        elif wire == 1:
+            value, i = buf[i:i + 8], i + 8
+        else:
+            raise ValueError(f"protobuf wire type {wire}")
+        yield field, value
+
+
+def _model_reason(model: bytes) -> str | None:
+    model_type, normalizer, suffix = 1, None, False
+    pieces = 0
+    for field, value in _fields(model):
+        if field == 1:  # SentencePiece
+            pieces += 1
+            for f, v in _fields(value):
+                if f == 1 and "\u2581" in v.decode("utf-8")[1:]:
+                    return f"the piece {v.decode('utf-8')!r} holds '\u2581' after its start"
+        elif field == 2:  # TrainerSpec
+            for f, v in _fields(value):
+                if f == 3:
+                    model_type = v
+                elif f == 24:
+                    suffix = bool(v)
+        elif field == 3:  # NormalizerSpec
+            normalizer = dict(_fields(value))
+    if model_type != _BPE:
+        return "not a BPE model"
+    if suffix:
+        return "treat_whitespace_as_suffix is set"
+    if not pieces:
+        return "no pieces"
+    normalizer = normalizer or {}
+    name = normalizer.get(1, b"").decode("utf-8")
+    if name not in _NORMALIZERS or normalizer.get(6):
+        return f"normalization {name!r} (word ids are reused under {', '.join(_NORMALIZERS)})"
+    if not (normalizer.get(3, 1) and normalizer.get(4, 1) and normalizer.get(5, 1)):
+        return "add_dummy_prefix, remove_extra_whitespaces or escape_whitespaces is off"
+    return None
+
+
+def _processor_reason(impl: Any) -> str | None:
+    for attr in ("_add_bos", "_add_eos", "_reverse", "_enable_sampling"):
+        if getattr(impl, attr, False):
+            return f"the processor was made with {attr[1:]}=True"
+    probe = "Ab c, d-e! 12 f."
+    whole = list(impl.encode(probe, out_type=int))
+    words = [i for w in probe.split(" ") for i in impl.encode(w, out_type=int)]
+    if whole != words:
+        return "the processor's ids for a probe text differ from its words' ids"
+    return None
+
+
+def word_cache_reason(impl: Any, model: bytes | None) -> str | None:
+    """None when :class:`WordCache` gives this SentencePiece processor's own ids; else why not."""
+    if model is None:
+        return "the model's bytes are not known"
+    try:
+        reason = _model_reason(model)
+    except (ValueError, IndexError, UnicodeDecodeError, struct.error) as exc:
+        return f"the model could not be read ({exc})"
+    return reason if reason is not None else _processor_reason(impl)
+
+
+def _edge_safe(c: str) -> bool:
+    """Whether no normalization joins ``c`` to a space beside it."""
+    if " " < c < "\x7f":
+        return True
+    if unicodedata.combining(c) or unicodedata.category(c)[0] not in "LNPS":
+        return False
+    o = ord(c)
+    return not (0x1100 <= o <= 0x11FF or 0xA960 <= o <= 0xA97F or 0xD7B0 <= o <= 0xD7FF
+                or 0x3130 <= o <= 0x318F)
+
+
+class WordCache(dict):
+    """word -> its ids (a tuple), filled on first sight; ``encode(texts)`` -> int32 arrays."""
+
+    def __init__(self, impl: Any):
+        super().__init__()
+        self._impl = impl
+
+    def __missing__(self, word: str):
+        if len(self) >= MAX_WORDS:
+            self.clear()
+        if not (_edge_safe(word[0]) and _edge_safe(word[-1])):
+            ids = _UNSAFE
+        else:
+            ids = tuple(self._impl.encode(word, out_type=int))
+        self[word] = ids
+        return ids
+
+    def encode(self, texts: Sequence[str], whole) -> list:
+        """Each text's ids as an int32 array; ``whole(list of texts)`` encodes the texts the
+        cache cannot (SentencePiece's own call)."""
+        out: list = [None] * len(texts)
+        rest: list = []
+        get = self.__getitem__
+        chain = itertools.chain.from_iterable
+        for k, t in enumerate(texts):
+            if not t or t[0] == " " or t[-1] == " " or "  " in t or "\u2581" in t:
+                rest.append(k)
+                continue
+            parts = list(map(get, t.split(" ")))
+            if _UNSAFE in parts:
+                rest.append(k)
+                continue
+            out[k] = np.fromiter(chain(parts), np.int32)
+        if rest:
+            for k, ids in zip(rest, whole([texts[k] for k in rest])):
+                out[k] = np.asarray(ids, np.int32)
+        return out
