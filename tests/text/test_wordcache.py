@@ -111,3 +111,12 @@ def test_a_processor_that_adds_ids_per_call_is_caught_by_the_probe():
     assert "probe" in wordcache.word_cache_reason(sp, model)
     tok = Tokenizer("sentencepiece", sp, model)
     assert tok._words is None
+
+
+@pytest.mark.parametrize("rule", ["nmt_nfkc", "nfkc", "identity"])
+def test_code_points_allowed_at_a_word_edge_keep_sentencepiece_ids(rule):
+    """A sample of tools/check_wordcache_edges.py (every 61st code point; the tool checks all)."""
+    from tools.check_wordcache_edges import mismatches, model
+
+    sp = spm.SentencePieceProcessor(model_proto=model(rule))
+    assert mismatches(sp, step=61, start=int(rule == "nfkc")) == []

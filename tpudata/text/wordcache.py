@@ -18,11 +18,9 @@ Conditions (checked once, from the model's own bytes and a probe of the processo
 
 Texts: words split on single ASCII spaces (none first, last or doubled, and no ``▁`` in the
 text); a word's first and last characters must be ones no normalization joins to a neighbouring
-space (letters, digits, punctuation, symbols: not marks, separators, controls or Hangul jamo;
-every such code point was checked against SentencePiece on both sides of a space). Anything
-else goes to SentencePiece whole.
-
->>> import io, sentencepiece as spm  # doctest: +SKIP
+space (letters, digits, punctuation, symbols: not marks, separators, controls, Hangul jamo or
+``▁``; ``tools/check_wordcache_edges.py`` checks every such code point against SentencePiece on
+both sides of a space). Anything else goes to SentencePiece whole.
 """
 
 from __future__ import annotations
@@ -135,7 +133,7 @@ def _edge_safe(c: str) -> bool:
     """Whether no normalization joins ``c`` to a space beside it."""
     if " " < c < "\x7f":
         return True
-    if unicodedata.combining(c) or unicodedata.category(c)[0] not in "LNPS":
+    if c == "\u2581" or unicodedata.combining(c) or unicodedata.category(c)[0] not in "LNPS":
         return False
     o = ord(c)
     return not (0x1100 <= o <= 0x11FF or 0xA960 <= o <= 0xA97F or 0xD7B0 <= o <= 0xD7FF
