@@ -49,13 +49,19 @@ def _texts(seed: int, n: int = 400) -> list[str]:
     {"model_type": "bpe"},
     {"model_type": "bpe", "normalization_rule_name": "nfkc", "byte_fallback": True, "vocab_size": 600},
     {"model_type": "bpe", "normalization_rule_name": "identity", "user_defined_symbols": ["<sep>", "ab"]},
+    {"model_type": "bpe", "normalization_rule_name": "identity", "remove_extra_whitespaces": False,
+     "allow_whitespace_only_pieces": True, "byte_fallback": True, "split_digits": True,
+     "vocab_size": 600},  # as LLaMA's tokenizer
+    {"model_type": "bpe", "normalization_rule_name": "identity", "remove_extra_whitespaces": False,
+     "add_dummy_prefix": False, "allow_whitespace_only_pieces": True},
 ])
 def test_word_by_word_gives_sentencepiece_ids_for_any_text(options):
     sp = spm.SentencePieceProcessor(model_proto=_model(**options))
     tok = load_tokenizer(sp)
     assert tok._words is not None  # the cache is in use for these models
     for seed in range(3):
-        texts = _texts(seed) + ["a <sep> b", "x<sep>y zab", "", " ", "a", "a  b", " a", "a "]
+        texts = _texts(seed) + ["a <sep> b", "x<sep>y zab", "", " ", "a", "a  b", " a", "a ",
+                                "    indented code", "tab\tand  two", "x" * 40 + " y"]
         got = tok.encode_ids(texts)
         assert [list(map(int, g)) for g in got] == [sp.encode(t) for t in texts]
         assert all(g.dtype == np.int32 for g in got)
@@ -113,10 +119,12 @@ def test_a_processor_that_adds_ids_per_call_is_caught_by_the_probe():
     assert tok._words is None
 
 
-@pytest.mark.parametrize("rule", ["nmt_nfkc", "nfkc", "identity"])
-def test_code_points_allowed_at_a_word_edge_keep_sentencepiece_ids(rule):
+@pytest.mark.parametrize("layout", ["nmt_nfkc", "nfkc", "identity", "identity, extra whitespace kept",
+                                    "identity, kept, no dummy prefix"])
+def test_code_points_at_a_word_edge_keep_sentencepiece_ids(layout):
     """A sample of tools/check_wordcache_edges.py (every 61st code point; the tool checks all)."""
     from tools.check_wordcache_edges import mismatches, model
 
-    sp = spm.SentencePieceProcessor(model_proto=model(rule))
-    assert mismatches(sp, step=61, start=int(rule == "nfkc")) == []
+    data = model(layout)
+    sp = spm.SentencePieceProcessor(model_proto=data)
+    assert mismatches(sp, data, step=61, start=len(layout) % 61) == []

@@ -11,15 +11,12 @@ worker processes) and knows its special tokens. Nothing is ever downloaded.
 from __future__ import annotations
 
 import importlib.metadata
-import logging
 import os
 from typing import Any, Callable, Sequence
 
 from tpudata._keywords import strict_keywords
 from tpudata.errors import MissingExtraError, TokenizerError
-from tpudata.text.wordcache import WordCache, word_cache_reason
-
-logger = logging.getLogger(__name__)
+from tpudata.text.wordcache import make_word_cache
 
 # module -> the pip distribution that brings it; both are in the [text] extra
 BACKENDS = {"tokenizers": "tokenizers", "sentencepiece": "sentencepiece"}
@@ -75,12 +72,7 @@ class Tokenizer:
         elif backend == "sentencepiece":
             self._encode = impl.encode
             self._sp_batch, self._sp_numpy = _sentencepiece_calls(impl)
-            self._words = None
-            reason = word_cache_reason(impl, model)
-            if reason is None:
-                self._words = WordCache(impl)
-            else:
-                logger.debug("SentencePiece encodes whole texts: %s", reason)
+            self._words = make_word_cache(impl, model)  # None: whole texts (the reason logged)
 
     def encode_batch(self, texts: Sequence[str]) -> list:
         """Token ids of each text (lists, or arrays), no special tokens added."""

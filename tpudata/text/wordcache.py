@@ -10,10 +10,11 @@ cannot vouch for, so the ids always equal ``processor.encode(text)``.
 
 Conditions (checked once, from the model's own bytes and a probe of the processor):
 
-- a BPE model (``model_type=bpe``) whose pieces hold ``▁`` only first;
-- normalization ``nmt_nfkc``, ``nfkc`` or ``identity`` with no rule file, that adds the dummy
-  prefix, removes extra whitespace and escapes it (the defaults), and no
-  ``treat_whitespace_as_suffix``;
+- a BPE model (``model_type=bpe``) whose pieces hold ``▁`` only first (or are all ``▁``);
+- normalization ``nmt_nfkc``, ``nfkc`` or ``identity`` with no rule file that escapes
+  whitespace and either adds the dummy prefix (SentencePiece's defaults, or LLaMA's identity
+  normalization that keeps extra whitespace) or keeps extra whitespace without it (then the
+  words after a text's first are encoded after a space); no ``treat_whitespace_as_suffix``;
 - a processor that adds nothing per call (no BOS/EOS, reversal or sampling).
 
 Texts: words split on single ASCII spaces (none first, last or doubled, and no ``▁`` in the
@@ -35,7 +36,7 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MAX_WORDS", "WordCache", "word_cache_reason"]
+__all__ = ["MAX_WORDS", "WordCache", "make_word_cache", "word_cache_reason"]
 
 MAX_WORDS = 1 << 18  # words kept; the cache starts again when full
 _BPE = 2
@@ -74,15 +75,17 @@ def _fields(buf: bytes):
         yield field, value
 
 
-def _model_reason(model: bytes) -> str | None:
+def _model_layout(model: bytes) -> tuple[str | None, bool]:
+    """(why not, whether SentencePiece adds the dummy prefix) from the model's bytes."""
     model_type, normalizer, suffix = 1, None, False
     pieces = 0
     for field, value in _fields(model):
         if field == 1:  # SentencePiece
             pieces += 1
             for f, v in _fields(value):
-                if f == 1 and "\u2581" in v.decode("utf-8")[1:]:
-                    return f"the piece {v.decode('utf-8')!r} holds '\u2581' after its start"
+                piece = v.decode("utf-8") if f == 1 else ""
+                if "\u2581" in piece[1:] and piece.strip("\u2581"):
+                    return f"the piece {piece!r} holds '\u2581' after its start", False
         elif field == 2:  # TrainerSpec
             for f, v in _fields(value):
                 if f == 3:
@@ -92,28 +95,32 @@ def _model_reason(model: bytes) -> str | None:
         elif field == 3:  # NormalizerSpec
             normalizer = dict(_fields(value))
     if model_type != _BPE:
-        return "not a BPE model"
+        return "not a BPE model", False
     if suffix:
-        return "treat_whitespace_as_suffix is set"
+        return "treat_whitespace_as_suffix is set", False
     if not pieces:
-        return "no pieces"
+        return "no pieces", False
     normalizer = normalizer or {}
     name = normalizer.get(1, b"").decode("utf-8")
     if name not in _NORMALIZERS or normalizer.get(6):
-        return f"normalization {name!r} (word ids are reused under {', '.join(_NORMALIZERS)})"
-    if not (normalizer.get(3, 1) and normalizer.get(4, 1) and normalizer.get(5, 1)):
-        return "add_dummy_prefix, remove_extra_whitespaces or escape_whitespaces is off"
-    return None
+        return (f"normalization {name!r} (word ids are reused under "
+                f"{', '.join(_NORMALIZERS)})"), False
+    prefix, squeeze = bool(normalizer.get(3, 1)), bool(normalizer.get(4, 1))
+    if not normalizer.get(5, 1):
+        return "escape_whitespaces is off", False
+    if not prefix and squeeze:
+        return "add_dummy_prefix is off while remove_extra_whitespaces is on", False
+    return None, prefix
 
 
-def _processor_reason(impl: Any) -> str | None:
+def _processor_reason(impl: Any, prefix: bool) -> str | None:
     for attr in ("_add_bos", "_add_eos", "_reverse", "_enable_sampling"):
         if getattr(impl, attr, False):
             return f"the processor was made with {attr[1:]}=True"
     probe = "Ab c, d-e! 12 f."
-    whole = list(impl.encode(probe, out_type=int))
-    words = [i for w in probe.split(" ") for i in impl.encode(w, out_type=int)]
-    if whole != words:
+    cache = WordCache(impl, prefix)
+    alone = cache.encode([probe], lambda texts: [impl.encode(t, out_type=int) for t in texts])
+    if list(impl.encode(probe, out_type=int)) != alone[0].tolist():
         return "the processor's ids for a probe text differ from its words' ids"
     return None
 
@@ -123,10 +130,19 @@ def word_cache_reason(impl: Any, model: bytes | None) -> str | None:
     if model is None:
         return "the model's bytes are not known"
     try:
-        reason = _model_reason(model)
+        reason, prefix = _model_layout(model)
     except (ValueError, IndexError, UnicodeDecodeError, struct.error) as exc:
         return f"the model could not be read ({exc})"
-    return reason if reason is not None else _processor_reason(impl)
+    return reason if reason is not None else _processor_reason(impl, prefix)
+
+
+def make_word_cache(impl: Any, model: bytes | None) -> "WordCache | None":
+    """A :class:`WordCache` for this processor, or None (then the reason is logged)."""
+    reason = word_cache_reason(impl, model)
+    if reason is not None:
+        logger.debug("SentencePiece encodes whole texts: %s", reason)
+        return None
+    return WordCache(impl, _model_layout(model)[1])
 
 
 def _edge_safe(c: str) -> bool:
@@ -141,11 +157,18 @@ def _edge_safe(c: str) -> bool:
 
 
 class WordCache(dict):
-    """word -> its ids (a tuple), filled on first sight; ``encode(texts)`` -> int32 arrays."""
+    """word -> its ids (a tuple), filled on first sight; ``encode(texts)`` -> int32 arrays.
 
-    def __init__(self, impl: Any):
+    ``prefix``: SentencePiece adds a ``▁`` before the text (``add_dummy_prefix``), so each
+    word's ids are those of the word alone. Without it (whitespace kept as it is), a text's
+    first word is encoded alone and every other word after a space.
+    """
+
+    def __init__(self, impl: Any, prefix: bool = True):
         super().__init__()
         self._impl = impl
+        self._lead = "" if prefix else " "
+        self._first = self if prefix else _FirstWords(impl)
 
     def __missing__(self, word: str):
         if len(self) >= MAX_WORDS:
@@ -153,7 +176,7 @@ class WordCache(dict):
         if not (_edge_safe(word[0]) and _edge_safe(word[-1])):
             ids = _UNSAFE
         else:
-            ids = tuple(self._impl.encode(word, out_type=int))
+            ids = tuple(self._impl.encode(self._lead + word, out_type=int))
         self[word] = ids
         return ids
 
@@ -162,13 +185,15 @@ class WordCache(dict):
         cache cannot (SentencePiece's own call)."""
         out: list = [None] * len(texts)
         rest: list = []
-        get = self.__getitem__
+        get, first = self.__getitem__, self._first.__getitem__
         chain = itertools.chain.from_iterable
         for k, t in enumerate(texts):
             if not t or t[0] == " " or t[-1] == " " or "  " in t or "\u2581" in t:
                 rest.append(k)
                 continue
-            parts = list(map(get, t.split(" ")))
+            words = t.split(" ")
+            parts = [first(words[0])]
+            parts += map(get, words[1:]) if len(words) > 1 else ()
             if _UNSAFE in parts:
                 rest.append(k)
                 continue
@@ -177,3 +202,11 @@ class WordCache(dict):
             for k, ids in zip(rest, whole([texts[k] for k in rest])):
                 out[k] = np.asarray(ids, np.int32)
         return out
+
+
+class _FirstWords(WordCache):
+    """The words that open a text, for models without the dummy prefix (encoded alone)."""
+
+    def __init__(self, impl: Any):
+        dict.__init__(self)
+        self._impl, self._lead = impl, ""
