@@ -128,3 +128,37 @@ def test_code_points_at_a_word_edge_keep_sentencepiece_ids(layout):
     data = model(layout)
     sp = spm.SentencePieceProcessor(model_proto=data)
     assert mismatches(sp, data, step=61, start=len(layout) % 61) == []
+
+
+def test_the_whitespace_list_is_pythons():
+    """str.split() parts words at exactly these characters (nmt_nfkc models split texts so)."""
+    assert set(wordcache._SPACES) == {chr(o) for o in range(0x110000) if chr(o).isspace()}
+    assert set(wordcache._ODD_SPACES) < set(wordcache._SPACES)
+
+
+def test_nmt_nfkc_texts_with_newlines_and_runs_of_spaces_are_served_word_by_word():
+    sp = spm.SentencePieceProcessor(model_proto=_model(model_type="bpe"))
+    tok = load_tokenizer(sp)
+    texts = ["  The quick\n\nbrown fox.\tA packed\u3000row  holds\u00a0short documents.\r\n",
+             "Segment ids\n start at one;\u2003padding is zero. ", "\n", "   "]
+    odd = ["a\x0bb", "a\x1cb c", "a\x85b", "x \u2581 y"]  # not spaces to nmt_nfkc, or '▁'
+    sent = []
+
+    def whole(batch):
+        sent.extend(batch)
+        return [sp.encode(t) for t in batch]
+
+    got = tok._words.encode(texts + odd, whole)
+    assert [g.tolist() for g in got] == [sp.encode(t) for t in texts + odd]
+    assert sent == ["\n", "   "] + odd  # the paragraphs went word by word
+
+
+def test_a_model_whose_spaces_do_not_all_part_words_splits_at_single_spaces(monkeypatch):
+    monkeypatch.setattr(wordcache, "_ODD_SPACES", "")  # as if \x0b, \x1c... were spaces too
+    sp = spm.SentencePieceProcessor(model_proto=_model(model_type="bpe"))
+    assert not wordcache._spaces_part_words(sp)
+    cache = load_tokenizer(sp)._words
+    assert cache is not None and not cache._any
+    texts = _texts(11)
+    assert [g.tolist() for g in cache.encode(texts, lambda b: [sp.encode(t) for t in b])] == [
+        sp.encode(t) for t in texts]

@@ -18,8 +18,10 @@ Conditions (checked once, from the model's own bytes and a probe of the processo
 - a processor that adds nothing per call (no BOS/EOS, reversal or sampling).
 
 Texts: words split on single ASCII spaces (none first, last or doubled, and no ``▁`` in the
-text); a word's first and last characters must be ones no normalization joins to a neighbouring
-space (letters, digits, punctuation, symbols: not marks, separators, controls, Hangul jamo or
+text) - or, for nmt_nfkc models that remove extra whitespace (SentencePiece's defaults), on any
+run of whitespace, first and last included, except the few characters nmt_nfkc does not turn
+into a space (``_ODD_SPACES``; checked against the processor once); a word's first and last
+characters must be ones no normalization joins to a neighbouring space (letters, digits, punctuation, symbols: not marks, separators, controls, Hangul jamo or
 ``▁``; ``tools/check_wordcache_edges.py`` checks every such code point against SentencePiece on
 both sides of a space). Anything else goes to SentencePiece whole.
 """
@@ -42,6 +44,11 @@ MAX_WORDS = 1 << 18  # words kept; the cache starts again when full
 _BPE = 2
 _NORMALIZERS = ("nmt_nfkc", "nfkc", "identity")
 _UNSAFE = None  # a word whose ids depend on what surrounds it: its text goes to SentencePiece
+# Python's whitespace (what str.split() parts at; a test checks the list is whole), and those
+# of it nmt_nfkc does not turn into a space
+_SPACES = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+           "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+_ODD_SPACES = "\x0b\x1c\x1d\x1e\x1f\x85"  # WordCache.encode looks for each by name
 
 
 def _varint(buf: bytes, i: int) -> tuple[int, int]:
@@ -75,8 +82,10 @@ def _fields(buf: bytes):
         yield field, value
 
 
-def _model_layout(model: bytes) -> tuple[str | None, bool]:
-    """(why not, whether SentencePiece adds the dummy prefix) from the model's bytes."""
+def _model_layout(model: bytes) -> tuple[str | None, bool | str]:
+    """(why not, the layout) from the model's bytes: ``"any"`` (nmt_nfkc, dummy prefix, extra
+    whitespace removed: every whitespace run but ``_ODD_SPACES`` parts words), True (the dummy
+    prefix; words part at single spaces) or False (no dummy prefix, whitespace kept)."""
     model_type, normalizer, suffix = 1, None, False
     pieces = 0
     for field, value in _fields(model):
@@ -110,19 +119,27 @@ def _model_layout(model: bytes) -> tuple[str | None, bool]:
         return "escape_whitespaces is off", False
     if not prefix and squeeze:
         return "add_dummy_prefix is off while remove_extra_whitespaces is on", False
-    return None, prefix
+    return None, "any" if prefix and squeeze and name == "nmt_nfkc" else prefix
 
 
-def _processor_reason(impl: Any, prefix: bool) -> str | None:
+def _processor_reason(impl: Any, layout: bool | str) -> str | None:
     for attr in ("_add_bos", "_add_eos", "_reverse", "_enable_sampling"):
         if getattr(impl, attr, False):
             return f"the processor was made with {attr[1:]}=True"
     probe = "Ab c, d-e! 12 f."
-    cache = WordCache(impl, prefix)
-    alone = cache.encode([probe], lambda texts: [impl.encode(t, out_type=int) for t in texts])
+    alone = WordCache(impl, layout).encode([probe], lambda texts: [
+        impl.encode(t, out_type=int) for t in texts])
     if list(impl.encode(probe, out_type=int)) != alone[0].tolist():
         return "the processor's ids for a probe text differ from its words' ids"
     return None
+
+
+def _spaces_part_words(impl: Any) -> bool:
+    """Whether every whitespace character but ``_ODD_SPACES`` parts words as a space does, alone
+    or in runs, first or last (nmt_nfkc's normalization)."""
+    want = impl.encode("a b", out_type=int)
+    return all(impl.encode(c + "a" + c + c + "b" + c, out_type=int) == want
+               for c in _SPACES if c not in _ODD_SPACES)
 
 
 def word_cache_reason(impl: Any, model: bytes | None) -> str | None:
@@ -130,10 +147,10 @@ def word_cache_reason(impl: Any, model: bytes | None) -> str | None:
     if model is None:
         return "the model's bytes are not known"
     try:
-        reason, prefix = _model_layout(model)
+        reason, layout = _model_layout(model)
     except (ValueError, IndexError, UnicodeDecodeError, struct.error) as exc:
         return f"the model could not be read ({exc})"
-    return reason if reason is not None else _processor_reason(impl, prefix)
+    return reason if reason is not None else _processor_reason(impl, bool(layout))
 
 
 def make_word_cache(impl: Any, model: bytes | None) -> "WordCache | None":
@@ -142,7 +159,10 @@ def make_word_cache(impl: Any, model: bytes | None) -> "WordCache | None":
     if reason is not None:
         logger.debug("SentencePiece encodes whole texts: %s", reason)
         return None
-    return WordCache(impl, _model_layout(model)[1])
+    layout = _model_layout(model)[1]
+    if layout == "any" and not _spaces_part_words(impl):
+        layout = True
+    return WordCache(impl, layout)
 
 
 def _edge_safe(c: str) -> bool:
@@ -159,16 +179,19 @@ def _edge_safe(c: str) -> bool:
 class WordCache(dict):
     """word -> its ids (a tuple), filled on first sight; ``encode(texts)`` -> int32 arrays.
 
-    ``prefix``: SentencePiece adds a ``▁`` before the text (``add_dummy_prefix``), so each
-    word's ids are those of the word alone. Without it (whitespace kept as it is), a text's
-    first word is encoded alone and every other word after a space.
+    ``layout``: True - SentencePiece adds a ``▁`` before the text (``add_dummy_prefix``), so
+    each word's ids are those of the word alone, words parted by single spaces; ``"any"`` - the
+    same, and any run of whitespace (but ``_ODD_SPACES``) parts words, first and last ones
+    included (nmt_nfkc removes extra whitespace); False - no dummy prefix and whitespace kept,
+    so a text's first word is encoded alone and every other word after a space.
     """
 
-    def __init__(self, impl: Any, prefix: bool = True):
+    def __init__(self, impl: Any, layout: bool | str = True):
         super().__init__()
         self._impl = impl
-        self._lead = "" if prefix else " "
-        self._first = self if prefix else _FirstWords(impl)
+        self._any = layout == "any"
+        self._lead = "" if layout else " "
+        self._first = self if layout else _FirstWords(impl)
 
     def __missing__(self, word: str):
         if len(self) >= MAX_WORDS:
@@ -187,11 +210,18 @@ class WordCache(dict):
         rest: list = []
         get, first = self.__getitem__, self._first.__getitem__
         chain = itertools.chain.from_iterable
+        loose = self._any
         for k, t in enumerate(texts):
-            if not t or t[0] == " " or t[-1] == " " or "  " in t or "\u2581" in t:
+            if loose:  # seven scans for one character each cost less than one regex
+                words = None if ("\u2581" in t or "\x0b" in t or "\x1c" in t or "\x1d" in t
+                                 or "\x1e" in t or "\x1f" in t or "\x85" in t) else t.split()
+            elif t and t[0] != " " and t[-1] != " " and "  " not in t and "\u2581" not in t:
+                words = t.split(" ")
+            else:
+                words = None
+            if not words:  # empty, or not for the cache: SentencePiece itself
                 rest.append(k)
                 continue
-            words = t.split(" ")
             parts = [first(words[0])]
             parts += map(get, words[1:]) if len(words) > 1 else ()
             if _UNSAFE in parts:
