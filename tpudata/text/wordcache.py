@@ -28,6 +28,7 @@ both sides of a space). Anything else goes to SentencePiece whole.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import struct
@@ -42,6 +43,7 @@ __all__ = ["MAX_WORDS", "WordCache", "make_word_cache", "word_cache_reason"]
 
 MAX_WORDS = 1 << 18  # words kept; the cache starts again when full
 _BPE = 2
+_MARK = "\u2581".encode("utf-8")
 _NORMALIZERS = ("nmt_nfkc", "nfkc", "identity")
 _UNSAFE = None  # a word whose ids depend on what surrounds it: its text goes to SentencePiece
 # Python's whitespace (what str.split() parts at; a test checks the list is whole), and those
@@ -82,6 +84,7 @@ def _fields(buf: bytes):
         yield field, value
 
 
+@functools.lru_cache(maxsize=8)  # a model read once per process (256k pieces: ~0.4 s)
 def _model_layout(model: bytes) -> tuple[str | None, bool | str]:
     """(why not, the layout) from the model's bytes: ``"any"`` (nmt_nfkc, dummy prefix, extra
     whitespace removed: every whitespace run but ``_ODD_SPACES`` parts words), True (the dummy
@@ -91,6 +94,8 @@ def _model_layout(model: bytes) -> tuple[str | None, bool | str]:
     for field, value in _fields(model):
         if field == 1:  # SentencePiece
             pieces += 1
+            if value.find(_MARK, 3) < 0:  # no '▁' past the piece's first character
+                continue
             for f, v in _fields(value):
                 piece = v.decode("utf-8") if f == 1 else ""
                 if "\u2581" in piece[1:] and piece.strip("\u2581"):
@@ -144,22 +149,27 @@ def _spaces_part_words(impl: Any) -> bool:
 
 def word_cache_reason(impl: Any, model: bytes | None) -> str | None:
     """None when :class:`WordCache` gives this SentencePiece processor's own ids; else why not."""
+    return _reason_and_layout(impl, model)[0]
+
+
+def _reason_and_layout(impl: Any, model: bytes | None) -> tuple[str | None, bool | str]:
     if model is None:
-        return "the model's bytes are not known"
+        return "the model's bytes are not known", False
     try:
-        reason, layout = _model_layout(model)
+        reason, layout = _model_layout(bytes(model))
     except (ValueError, IndexError, UnicodeDecodeError, struct.error) as exc:
-        return f"the model could not be read ({exc})"
-    return reason if reason is not None else _processor_reason(impl, bool(layout))
+        return f"the model could not be read ({exc})", False
+    if reason is None:
+        reason = _processor_reason(impl, bool(layout))
+    return reason, layout
 
 
 def make_word_cache(impl: Any, model: bytes | None) -> "WordCache | None":
     """A :class:`WordCache` for this processor, or None (then the reason is logged)."""
-    reason = word_cache_reason(impl, model)
+    reason, layout = _reason_and_layout(impl, model)
     if reason is not None:
         logger.debug("SentencePiece encodes whole texts: %s", reason)
         return None
-    layout = _model_layout(model)[1]
     if layout == "any" and not _spaces_part_words(impl):
         layout = True
     return WordCache(impl, layout)
