@@ -162,3 +162,10 @@ def test_a_model_whose_spaces_do_not_all_part_words_splits_at_single_spaces(monk
     texts = _texts(11)
     assert [g.tolist() for g in cache.encode(texts, lambda b: [sp.encode(t) for t in b])] == [
         sp.encode(t) for t in texts]
+
+
+def test_a_damaged_model_encodes_whole_texts_and_says_where():
+    model = _model(model_type="bpe")
+    sp = spm.SentencePieceProcessor(model_proto=model)
+    assert "malformed protobuf at byte" in wordcache.word_cache_reason(sp, model[:-7])
+    assert Tokenizer("sentencepiece", sp, model[:-7])._words is None

@@ -31,11 +31,12 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
-import struct
 import unicodedata
 from typing import Any, Sequence
 
 import numpy as np
+
+from tpudata.example.wire import WT_VARINT, Malformed, iter_fields, read_varint
 
 logger = logging.getLogger(__name__)
 
@@ -53,35 +54,11 @@ _SPACES = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u200
 _ODD_SPACES = "\x0b\x1c\x1d\x1e\x1f\x85"  # WordCache.encode looks for each by name
 
 
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    out = shift = 0
-    while True:
-        b = buf[i]
-        i += 1
-        out |= (b & 0x7F) << shift
-        if b < 0x80:
-            return out, i
-        shift += 7
-
-
 def _fields(buf: bytes):
-    """``(field number, value)`` of a protobuf message: ints for varints, bytes for lengths."""
-    i, n = 0, len(buf)
-    while i < n:
-        key, i = _varint(buf, i)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, i = _varint(buf, i)
-        elif wire == 2:
-            size, i = _varint(buf, i)
-            value, i = buf[i:i + size], i + size
-        elif wire == 5:
-            value, i = struct.unpack_from("<f", buf, i)[0], i + 4
-        elif wire == 1:
-            value, i = buf[i:i + 8], i + 8
-        else:
-            raise ValueError(f"protobuf wire type {wire}")
-        yield field, value
+    """``(field number, value)`` of a protobuf message (the wire walker of tf.train messages):
+    ints for varints, the payload's bytes otherwise."""
+    for field, wt, s, t, _ in iter_fields(buf, 0, len(buf)):
+        yield field, read_varint(buf, s, t)[0] if wt == WT_VARINT else buf[s:t]
 
 
 @functools.lru_cache(maxsize=8)  # a model read once per process (256k pieces: ~0.4 s)
@@ -157,7 +134,9 @@ def _reason_and_layout(impl: Any, model: bytes | None) -> tuple[str | None, bool
         return "the model's bytes are not known", False
     try:
         reason, layout = _model_layout(bytes(model))
-    except (ValueError, IndexError, UnicodeDecodeError, struct.error) as exc:
+    except Malformed as exc:
+        return f"the model could not be read (malformed protobuf at byte {exc.pos})", False
+    except UnicodeDecodeError as exc:
         return f"the model could not be read ({exc})", False
     if reason is None:
         reason = _processor_reason(impl, bool(layout))
