@@ -42,8 +42,8 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
-from tpudata._shm import (MADV_POPULATE_WRITE, SHM_DIR, aligned, close_mapping, create, lend,
-                          mapping, out_of_band, place, sweep, sweep_dead, unlink, write)
+from tpudata._shm import (SHM_DIR, aligned, close_mapping, create, lend, mapping, out_of_band,
+                          place, sweep, sweep_dead, unlink, write)
 from tpudata.errors import SharedMemoryFullError
 
 __all__ = ["INLINE_BYTES", "MAX_MAPPED", "MAX_MAPPED_BYTES", "PREFIX", "Parked", "Transport", "encode"]
@@ -201,11 +201,7 @@ def _mapped(name: str, size: int) -> mmap.mmap:
             return m
     seg = SharedMemory(name=name)
     resource_tracker.unregister(seg._name, "shared_memory")  # noqa: SLF001 - the consumer's
-    m = mapping(seg, size)
-    try:  # the page tables in one call: a fault per 4 KB page costs twice the copy itself
-        m.madvise(MADV_POPULATE_WRITE)
-    except (OSError, ValueError):  # Linux < 5.14: the pages come in as the chunk is written
-        pass
+    m = mapping(seg, size, fill=True)  # page tables in one call: faults would cost twice the copy
     with _LOCK:
         gone = [n for n in _MAPPED if not os.path.exists(os.path.join(SHM_DIR, n))]
         old = [_MAPPED.pop(n) for n in gone]  # unlinked: held here, their memory would stay
