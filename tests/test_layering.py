@@ -17,7 +17,7 @@ PKG = os.path.join(ROOT, "tpudata")
 LAYERS = [
     {"errors"},
     {"_accel", "_native", "_keywords", "_outpool", "_objects", "_ranged", "_gcs", "_extras",
-     "_processes", "_info", "_upload", "_pickling", "_shm"},
+     "_processes", "_info", "_upload", "_pickling", "_shm", "_shm_pieces", "_shm_transport"},
     {"storage"},
     {"tfrecord"},
     {"example"},

@@ -39,7 +39,9 @@ class Info:
       ``malloc_settings``: glibc's environment-variable names for what it set.
     - ``pooled_bytes``: memory tpudata keeps for reuse, by pool: ``batch_memory`` (freed batch
       arrays, ``tpudata.release_batch_memory()`` drops it) and, once gs:// reads ran,
-      ``gcs_read_held`` (bytes read ahead and not yet consumed).
+      ``gcs_read_held`` (bytes read ahead and not yet consumed) and, where the torch bridge
+      moved batches out of DataLoader workers, ``dataloader_shared_memory`` (the slots a worker
+      writes into, or those the main process keeps mapped).
     - ``threads``: names of tpudata's live threads; ``processes``: ``(name, pid)`` of its live
       worker processes and fork server.
     """
@@ -88,6 +90,9 @@ def info() -> Info:
     pool = getattr(ranged, "_pool", None) if ranged is not None else None
     if pool is not None and getattr(ranged, "_pool_pid", None) == os.getpid():
         pooled["gcs_read_held"] = int(pool.stats()["held_bytes"])
+    shared = sys.modules.get("tpudata.torch.shared")
+    if shared is not None and shared.held_bytes():
+        pooled["dataloader_shared_memory"] = shared.held_bytes()
     threads = tuple(sorted(t.name for t in threading.enumerate() if t.name.startswith("tpudata")))
     return Info(pid=os.getpid(), extensions=extensions, accelerated=accelerated,
                 malloc_tuned=_accel.allocator_tuned(), malloc_settings=_accel.allocator_environ(),

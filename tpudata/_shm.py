@@ -1,21 +1,20 @@
-"""Shared-memory segments and what goes in them: the one home of the mechanism that tpudata's
-transports share (the process map's slots, :mod:`tpudata.dataset.parallel.processes.shm`; a
-distributed consumer's slots, :mod:`tpudata.dataset.remote.transport`; the torch bridge's blocks
-for DataLoader workers, :mod:`tpudata.torch.shared`). Each transport keeps only its own protocol
-(who frees what, and how it tells the other side).
+"""Shared-memory segments and what goes in them: the one home of the mechanism under tpudata's
+two transports (:mod:`tpudata._shm_transport`, the sender's slots, for process maps and the torch
+bridge's DataLoader workers; :mod:`tpudata.dataset.remote.transport`, a distributed consumer's
+slots). Each transport keeps only its own protocol (who frees what, and how it tells the other
+side).
 
 - **Segments**: :func:`create` reserves a new segment's pages at once, so that a full
   ``/dev/shm`` raises :class:`~tpudata.errors.SharedMemoryFullError` (:func:`full_error`) instead
-  of SIGBUS killing the process at its first write; :func:`populate` does the same for memory
-  made elsewhere (torch's shared storages). :func:`mapping` gives a mapping of one's own that
-  arrays lent from it keep alive. :func:`unlink`, :func:`sweep` (every segment of a name prefix:
-  what killed processes left) and :func:`sweep_dead` (those whose owner's pid, in the name, is
-  gone).
+  of SIGBUS killing the process at its first write; with ``track=False`` it is a
+  :class:`Segment` that multiprocessing's resource tracker does not know. :func:`mapping` gives
+  a mapping of one's own that arrays lent from it keep alive; :func:`attach` maps a segment by
+  name without the tracker. :func:`unlink`, :func:`sweep` (every segment of a name prefix: what
+  killed processes left) and :func:`sweep_dead` (those whose owner's pid, in the name, is gone).
 - **Layout**: pieces at ``ALIGN``-aligned offsets (:class:`Layout`, :func:`place`).
 - **Pickle protocol 5**: numpy buffers of ``OUT_OF_BAND_MIN`` bytes or more out of band
-  (:func:`out_of_band`), written beside the pickle (:func:`write`) and read back as copies
-  (:func:`read`) or as views lent from the segment (:func:`lend`).
-- **Arrays at an offset**: :func:`put` and :func:`copy_out`.
+  (:func:`out_of_band`), written beside the pickle (:func:`write`) and read back as views lent
+  from the segment (:func:`lend`).
 
 >>> import numpy as np
 >>> buffers = []
@@ -25,10 +24,11 @@ for DataLoader workers, :mod:`tpudata.torch.shared`). Each transport keeps only 
 ([0], 0)
 >>> shm = create("tpd_doc_shm", end)
 >>> write(shm.buf, data, layout, buffers)
->>> back_data, back = read(shm.buf, len(data), layout)
+>>> m = mapping(shm)
+>>> back_data, back = lend(m, len(data), layout, on_free=lambda: None)
 >>> int(pickle.loads(back_data, buffers=back).sum())
 499500
->>> shm.close(); sweep("tpd_doc_shm")
+>>> del back; close_mapping(m); sweep("tpd_doc_shm")
 ['tpd_doc_shm']
 """
 
@@ -38,7 +38,6 @@ import errno
 import mmap
 import os
 import pickle
-import sys
 import weakref
 from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
@@ -48,16 +47,15 @@ import numpy as np
 from tpudata._processes import pid_alive
 from tpudata.errors import SharedMemoryFullError
 
-__all__ = ["ALIGN", "Layout", "OUT_OF_BAND_MIN", "SHM_DIR", "aligned", "close_mapping",
-           "copy_out", "create", "full_error", "lend", "mapping", "out_of_band", "place",
-           "populate", "put", "read", "sweep", "sweep_dead", "unlink", "unlink_segment", "write"]
+__all__ = ["ALIGN", "Layout", "OUT_OF_BAND_MIN", "SHM_DIR", "Segment", "aligned", "attach",
+           "close_mapping", "create", "full_error", "lend", "mapping", "out_of_band", "place",
+           "sweep", "sweep_dead", "unlink", "unlink_segment", "write"]
 
 ALIGN = 64  # every piece of a segment starts at a multiple of this
 OUT_OF_BAND_MIN = 4096  # numpy buffers from this size travel beside the pickle, not inside
 SHM_DIR = "/dev/shm"
 MADV_POPULATE_READ, MADV_POPULATE_WRITE = 22, 23
 
-_libc = None
 
 
 def aligned(n: int, align: int = ALIGN) -> int:
@@ -79,10 +77,10 @@ class Layout:
         return at
 
 
-def place(data_len: int, buffers: list) -> tuple[list, int]:
-    """``([(offset, size), ...], end)``: the buffers after a ``data_len``-byte pickle, each
-    aligned; ``end`` (aligned) is the segment size they need."""
-    layout = Layout(data_len)
+def place(data_len: int, buffers: list, data_at: int = 0) -> tuple[list, int]:
+    """``([(offset, size), ...], end)``: the buffers after a ``data_len``-byte pickle at
+    ``data_at``, each aligned; ``end`` (aligned) is the segment size they need."""
+    layout = Layout(data_at + data_len)
     spans = [(layout.take(b.nbytes), b.nbytes) for b in buffers]
     return spans, aligned(layout.size)
 
@@ -101,26 +99,15 @@ def out_of_band(buffers: list):
     return callback
 
 
-def write(buf, data: bytes, layout: list, buffers: list) -> None:
-    """The pickle at offset 0 of ``buf`` and each buffer at its place; a buffer with a
-    ``write_to(view)`` method (the process map's Rows) writes itself there."""
-    buf[: len(data)] = data
+def write(buf, data: bytes, layout: list, buffers: list, data_at: int = 0) -> None:
+    """The pickle at offset ``data_at`` of ``buf`` and each buffer at its place; a buffer with a
+    ``write_to(view)`` method (the transport's Rows and Strings) writes itself there."""
+    buf[data_at : data_at + len(data)] = data
     for (start, size), b in zip(layout, buffers):
         if hasattr(b, "write_to"):
             b.write_to(buf[start : start + size])
         else:
             buf[start : start + size] = b
-
-
-def read(buf: memoryview, data_len: int, layout: list) -> tuple[bytes, list[bytearray]]:
-    """The pickle and copies of its buffers (memory of this process, independent of ``buf``)."""
-    buffers = []
-    for start, size in layout:
-        with buf[start : start + size] as view:
-            buffers.append(bytearray(view))
-    with buf[:data_len] as view:
-        data = bytes(view)
-    return data, buffers
 
 
 def lend(m: mmap.mmap, data_len: int, layout: list, on_free) -> tuple[bytes, list]:
@@ -132,26 +119,78 @@ def lend(m: mmap.mmap, data_len: int, layout: list, on_free) -> tuple[bytes, lis
     return base[:data_len].tobytes(), [base[start : start + size] for start, size in layout]
 
 
-def put(view: np.ndarray, at: int, array: np.ndarray) -> None:
-    """Copy ``array`` into the bytes of ``view`` (uint8) from offset ``at``."""
-    if array.nbytes:
-        dst = view[at : at + array.nbytes].view(array.dtype)
-        np.copyto(dst.reshape(array.shape), array, casting="no")
+class Segment:
+    """A segment this process made and will unlink itself, kept out of multiprocessing's
+    resource tracker (which a process without one would start for it: a DataLoader worker
+    forked from a main process that has none). Has what :func:`mapping`, :func:`unlink_segment`
+    and the transports use of a ``SharedMemory``: ``name``, ``size``, ``buf``, ``close``,
+    ``unlink``."""
+
+    def __init__(self, name: str, size: int):
+        import _posixshmem  # noqa: PLC0415 - POSIX only, as the transports that make these
+
+        self._name = name
+        self.buf = self._mmap = None
+        self._fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+        try:
+            if size:
+                os.ftruncate(self._fd, size)
+            self.size = size
+            self._mmap = mmap.mmap(self._fd, size) if size else None
+        except OSError:
+            self.close()
+            self.unlink()
+            raise
+        self.buf = memoryview(self._mmap) if size else memoryview(b"")
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def close(self) -> None:
+        if self.buf is not None:
+            self.buf.release()
+            self.buf = None
+        if self._mmap is not None:
+            close_mapping(self._mmap)
+            self._mmap = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def unlink(self) -> None:
+        import _posixshmem  # noqa: PLC0415
+
+        _posixshmem.shm_unlink("/" + self._name)
 
 
-def copy_out(view: np.ndarray, at: int, nbytes: int, dtype, shape) -> np.ndarray:
-    """A new array (memory of this process) of the ``nbytes`` of ``view`` from offset ``at``."""
-    out = np.empty(shape, dtype=dtype)
-    if nbytes:
-        out.reshape(-1).view(np.uint8)[:] = view[at : at + nbytes]
-    return out
+def attach(name: str, populate_read: bool = True) -> mmap.mmap:
+    """A read-write mapping of the existing segment ``name`` (FileNotFoundError if it is gone),
+    not registered with multiprocessing's resource tracker: the segment's maker unlinks it.
+    ``populate_read``: its page tables are filled at once (``MADV_POPULATE_READ``), for a
+    mapping about to be read whole."""
+    import _posixshmem  # noqa: PLC0415
+
+    fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
+    try:
+        m = mmap.mmap(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+    if populate_read:
+        try:
+            m.madvise(MADV_POPULATE_READ)
+        except (OSError, ValueError, AttributeError):
+            pass
+    return m
 
 
-def create(name: str, size: int) -> SharedMemory:
+def create(name: str, size: int, track: bool = True) -> SharedMemory | Segment:
     """A new segment with its pages reserved now (``posix_fallocate``): where shared memory
     cannot hold it, :class:`~tpudata.errors.SharedMemoryFullError` says so, instead of SIGBUS
-    killing the process at the first write to a page that finds no room."""
-    shm = SharedMemory(name=name, create=True, size=size)
+    killing the process at the first write to a page that finds no room. ``track=False``: a
+    :class:`Segment`, which multiprocessing's resource tracker does not know (its maker must
+    unlink it; :func:`sweep_dead` finds those of makers that died)."""
+    shm = SharedMemory(name=name, create=True, size=size) if track else Segment(name, size)
     fallocate = getattr(os, "posix_fallocate", None)
     if fallocate is None or not size:
         return shm
@@ -164,24 +203,6 @@ def create(name: str, size: int) -> SharedMemory:
         unlink_segment(shm)
         raise full_error(size) from None
     return shm
-
-
-def populate(address: int, length: int, advice: int = MADV_POPULATE_WRITE) -> None:
-    """Fault the pages of memory at ``address`` in with one madvise (Linux >= 5.14) instead of one
-    trap per 4 KB page; a no-op where that is not available. For ``MADV_POPULATE_WRITE``, raises
-    :class:`~tpudata.errors.SharedMemoryFullError` (a MemoryError) when shared memory cannot hold
-    the pages (writing to them would kill the process with SIGBUS)."""
-    global _libc
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes  # noqa: PLC0415
-
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    if _libc.madvise(address, length, advice) != 0 and advice == MADV_POPULATE_WRITE:
-        if ctypes.get_errno() in (errno.ENOMEM, errno.EFAULT, errno.ENOSPC):
-            raise full_error(length)
 
 
 def full_error(size: int) -> SharedMemoryFullError:
@@ -225,12 +246,14 @@ def close_mapping(m: mmap.mmap) -> None:
         pass
 
 
-def unlink_segment(shm: SharedMemory) -> bool:
+def unlink_segment(shm: SharedMemory | Segment) -> bool:
     """Unlink ``shm``; return whether it still existed (multiprocessing's resource tracker is
     kept in step either way)."""
     try:
         shm.unlink()  # also unregisters it from multiprocessing's resource tracker
     except FileNotFoundError:
+        if isinstance(shm, Segment):
+            return False
         resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001 - keep the tracker in step
         return False
     return True

@@ -217,7 +217,7 @@ def _same_values(a, b) -> None:
 
 
 def test_process_map_chunk_encoding_round_trips_every_column_kind():
-    from tpudata.dataset.parallel.processes import shm as _shm
+    from tpudata import _shm_transport as _shm
     from tpudata.dataset.core.block import Block
     from tpudata.dataset.parallel.processes.map import chunk_elements, chunk_of
 

@@ -16,7 +16,7 @@ import pytest
 from tests.dataset.helpers import check_restore_everywhere, outputs, plain
 from tests.dataset.procpool_fns import apply, ragged_big, varied, wide
 from tpudata.dataset import Dataset
-from tpudata.dataset.parallel.processes import shm as _shm
+from tpudata import _shm_transport as _shm
 from tpudata.dataset.parallel.processes.pool import ProcessMapper
 from tpudata.errors import WorkerError
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tests.dataset.procpool_fns import LoadsOnlyInParent, apply, sleep_forever
-from tpudata.dataset.parallel.processes import shm as _shm
+from tpudata import _shm_transport as _shm
 from tpudata.dataset.parallel.processes.pool import ProcessMapper
 from tpudata.errors import NotPicklableError, TpuDataError, WorkerError
 

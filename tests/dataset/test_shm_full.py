@@ -13,7 +13,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from tpudata.dataset.parallel.processes import shm as _shm
+from tpudata import _shm_transport as _shm
 from tpudata.errors import SharedMemoryFullError, TpuDataError
 
 

@@ -4,7 +4,13 @@ and large byte strings really take the shared-memory path."""
 
 from __future__ import annotations
 
+import errno
+import os
 import pickle
+import signal
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -15,6 +21,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 import tpudata  # noqa: E402
 from tpudata.torch import ByteStrings, SourceIterable, TFRecordIterable, to_torch  # noqa: E402
+from tpudata import _shm_transport  # noqa: E402
 from tpudata.torch import shared  # noqa: E402
 
 
@@ -89,29 +96,109 @@ def test_a_parsed_bytes_column_packs_straight_from_the_read_buffers(bytes_as, th
     assert _same(packed.unpack(), want)
 
 
-def test_a_block_is_reused_only_after_the_batch_was_copied_out():
-    shared._pool = None  # this process's pool, as a new worker's
+def _fresh_sender(monkeypatch):
+    """This process's sender as a new worker's (its slots are unlinked by the test)."""
+    monkeypatch.setattr(shared, "_sender", None)
+
+
+def _slot_segments(prefix: str) -> list[str]:
+    return sorted(n for n in os.listdir("/dev/shm") if n.startswith(prefix))
+
+
+def _mine() -> list[str]:
+    """The slots of this process's sender."""
+    return _slot_segments(shared._sender.prefix)
+
+
+@pytest.fixture
+def own_sender(monkeypatch):
+    _fresh_sender(monkeypatch)
+    yield
+    if shared._sender is not None:
+        prefix = shared._sender.prefix
+        shared._sender.close()
+        assert _slot_segments(prefix) == []
+
+
+def test_a_slot_is_reused_only_after_the_batch_was_copied_out(own_sender):
     rng = np.random.default_rng(0)
     first = {"s": np.array([rng.bytes(100_000) for _ in range(4)], dtype=object)}
     second = {"s": np.array([rng.bytes(100_000) for _ in range(4)], dtype=object)}
     p1 = shared.pack(first)
-    p2 = shared.pack(second)  # p1 not copied out yet: another block
-    assert p1.block.data_ptr() != p2.block.data_ptr()
-    out1 = p1.unpack()  # copied out; block 1 is free again
+    p2 = shared.pack(second)  # p1 not copied out yet: another slot
+    assert p1.payload[0] == p2.payload[0] == "f" and p1.payload[2] != p2.payload[2]
+    out1 = pickle.loads(pickle.dumps(p1))  # copied out; slot 1 is free again
     p3 = shared.pack(second)
-    assert p3.block.data_ptr() == p1.block.data_ptr()
+    assert p3.payload[2] == p1.payload[2]
     assert out1["s"] == first["s"].tolist()  # what was handed out is its own memory
     assert p2.unpack()["s"] == p3.unpack()["s"] == second["s"].tolist()
+    assert _mine() == sorted([p1.payload[2], p2.payload[2]])
+    held = tpudata.info().pooled_bytes["dataloader_shared_memory"]
+    assert held >= shared._sender.slot_bytes() >= 2 * 400_000  # the two slots, and mapped here
 
 
-def test_without_shared_memory_pack_says_so_and_the_batch_goes_the_ordinary_way(monkeypatch, caplog):
-    class Full:
-        def take(self, nbytes):
-            raise MemoryError("no space left on /dev/shm")
+def test_while_the_main_process_holds_every_slot_batches_still_arrive_whole(own_sender):
+    rng = np.random.default_rng(1)
+    batches = [{"x": rng.standard_normal((64, 100)), "s": [rng.bytes(70_000)]}
+               for _ in range(shared.MAX_SLOTS + 3)]
+    packed = [shared.pack(b) for b in batches]
+    kinds = [p.payload[0] for p in packed]
+    assert kinds == ["f"] * shared.MAX_SLOTS + ["i"] * 3  # then inline, never more memory
+    assert len(_mine()) == shared.MAX_SLOTS
+    for b, p in zip(batches, packed):
+        out = pickle.loads(pickle.dumps(p))
+        assert torch.equal(out["x"], torch.from_numpy(b["x"])) and out["s"] == b["s"]
+        assert out["x"].numpy().flags.writeable and out["x"].numpy().flags.c_contiguous
+    assert shared.pack(batches[0]).payload[0] == "f"  # all free again
 
-    monkeypatch.setattr(shared, "_worker_pool", Full)
-    assert shared.pack({"n": np.arange(3)}) is None
-    assert "pickling it instead" in caplog.text
+
+@pytest.mark.skipif(not hasattr(os, "posix_fallocate"), reason="no posix_fallocate here")
+def test_without_shared_memory_pack_says_so_and_the_batch_goes_the_ordinary_way(
+        own_sender, monkeypatch, caplog):
+    def no_room(fd, offset, length):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "posix_fallocate", no_room)
+    assert shared.pack({"n": np.arange(100_000)}) is None
+    assert "pickling it instead" in caplog.text and "/dev/shm" in caplog.text
+    assert _mine() == []
+
+
+_NO_TRACKER = textwrap.dedent("""
+    import os, pickle, signal, sys
+    import numpy as np
+    from multiprocessing import resource_tracker
+    from tpudata.torch import shared
+
+    p = shared.pack({"x": np.arange(1 << 16), "s": np.array([b"y" * 70_000], dtype=object)})
+    out = pickle.loads(pickle.dumps(p))
+    assert out["x"].sum().item() == sum(range(1 << 16)) and out["s"] == [b"y" * 70_000]
+    assert resource_tracker._resource_tracker._pid is None, "a resource tracker was started"
+    print(p.payload[2], flush=True)
+    if sys.argv[1] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_slots_need_no_resource_tracker_and_are_gone_when_the_worker_exits_or_is_killed():
+    ended = subprocess.run([sys.executable, "-c", _NO_TRACKER, "exit"], capture_output=True,
+                           text=True, timeout=120)
+    assert ended.returncode == 0, ended.stderr
+    assert not os.path.exists(f"/dev/shm/{ended.stdout.strip()}")  # unlinked at exit
+    killed = subprocess.run([sys.executable, "-c", _NO_TRACKER, "kill"], capture_output=True,
+                            text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL
+    name = killed.stdout.strip()
+    assert os.path.exists(f"/dev/shm/{name}")  # a killed worker could not unlink its slot ...
+    receiver = _shm_transport.Receiver(sweep_prefix=shared.PREFIX)
+    sender = _shm_transport.Sender(f"{shared.PREFIX}{os.getpid()}_test_", flag=True)
+    try:
+        payload, _ = sender.encode({"x": np.arange(1 << 16)})
+        assert receiver.decode(payload)["x"].sum() == sum(range(1 << 16))
+        assert not os.path.exists(f"/dev/shm/{name}")  # ... the main process removes it
+    finally:
+        receiver.close()
+        sender.close()
 
 
 def _write_big(directory, n=48, seed=0) -> tuple[list[str], list[bytes]]:
@@ -148,9 +235,13 @@ def test_big_records_from_workers_stay_intact(tmp_path, bytes_as, kind):
         ds = SourceIterable(tpudata.TFRecordSource(files, progress=False), 4,
                             transform=_parse_records, num_workers=2, rank=0, world_size=1,
                             bytes_as=bytes_as, seed=3)
-    # all batches are kept while the workers reuse their blocks for later ones
-    batches = list(DataLoader(ds, batch_size=None, num_workers=2,
-                              multiprocessing_context="forkserver", prefetch_factor=4))
+    before = _slot_segments(shared.PREFIX)
+    # all batches are kept while the workers reuse their slots for later ones
+    it = iter(DataLoader(ds, batch_size=None, num_workers=2,
+                         multiprocessing_context="forkserver", prefetch_factor=4))
+    batches = [next(it)]
+    assert len(_slot_segments(shared.PREFIX)) > len(before)  # the workers' slots
+    batches += list(it)
     got = {}
     for b in batches:
         blobs = b["blob"]
@@ -161,6 +252,7 @@ def test_big_records_from_workers_stay_intact(tmp_path, bytes_as, kind):
             if w:
                 got[i] = blob
     assert got == dict(enumerate(payloads))
+    assert _slot_segments(shared.PREFIX) == before  # the workers unlinked theirs as they exited
 
 
 def _collate_sees(batch):

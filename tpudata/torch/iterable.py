@@ -8,7 +8,7 @@ so that every reader yields the same number of batches (the padding rows have we
 ``load_state_dict()`` (what ``torchdata.stateful_dataloader.StatefulDataLoader`` calls in each
 worker). Use them with ``DataLoader(ds, batch_size=None, num_workers=...)``: they batch already.
 
-In a DataLoader worker a batch leaves as one block of reused shared memory
+In a DataLoader worker a batch leaves through a reused shared-memory slot
 (:mod:`tpudata.torch.shared`) and arrives in the main process as the same dict of tensors /
 ``bytes`` / :class:`ByteStrings` as without workers; ``shared_memory=False`` yields plain dicts
 in the worker instead (for a ``collate_fn`` that wants to see them there), at the cost of torch's

@@ -4,22 +4,20 @@ A DataLoader worker pickles what the dataset yields into a pipe to the main proc
 every tensor a fresh shared-memory segment (one file descriptor each) and byte strings go through
 the pipe (pickle, kernel copies in 64 KB pieces, unpickle). With ~110 KB records that is most of
 the cost, and much of it is page faults: touching fresh 4 KB pages costs about 1 ms per MB on a
-VM, several times what copying costs. :func:`pack` (in the worker) copies a numpy batch once
-into a block of shared memory from the worker's pool; unpickling in the main process copies it
-out (into numpy memory, which Linux backs with huge pages, or into ``bytes``) and sets the
-block's free flag, and the worker writes a later batch into the same block: warm pages on both
-sides, one file descriptor per batch, and torch maps a block the main process already holds only
-once. What arrives is exactly what :func:`to_torch` gives in process (tensors, lists of
-``bytes``, :class:`ByteStrings`), owned by the main process: keeping it pins nothing. Shared
-memory held: up to ``POOL_BLOCKS`` blocks per worker (a batch and a quarter each), of which the
-main process keeps up to ``KEEP_MAPPED`` (``KEEP_MAPPED_BYTES``) mapped; when /dev/shm cannot
-hold a block (a container's 64 MB) the batch is pickled the ordinary way, with a warning.
+VM, several times what copying costs. :func:`pack` (in the worker) writes a numpy batch once
+into a slot of the worker's :class:`tpudata._shm_transport.Sender`, the transport the process
+map uses too; what crosses DataLoader's queue is the slot's name and layout. Unpickling in the
+main process copies the batch out (into numpy memory, which Linux backs with huge pages, or into
+``bytes``) and sets the slot's free flag (the queue goes one way only), and the worker writes a
+later batch into the same slot: warm pages on both sides. What arrives is exactly what
+:func:`to_torch` gives in process (tensors, lists of ``bytes``, :class:`ByteStrings`), owned by
+the main process: keeping it pins nothing.
 
-The blocks are torch's shared storages (no names: torch hands their file descriptors over, and
-nothing is left to sweep when DataLoader kills a worker); their layout, the reservation of their
-pages and the copies in and out are :mod:`tpudata._shm`'s, shared with the process map's
-transport. This module keeps what is DataLoader's: the flag byte that frees a block (its queue
-goes one way only), the worker's pool and the blocks the main process keeps mapped.
+Shared memory held: up to ``SLOTS`` slots per worker (``MAX_SLOTS`` while the main process holds
+them all; a batch and a quarter each), of which the main process keeps up to ``KEEP_MAPPED``
+(``KEEP_MAPPED_BYTES``) mapped. A worker unlinks its slots when it exits; the main process
+removes those of workers that were killed whenever it maps a new one. When /dev/shm cannot hold
+a slot (a container's 64 MB) the batch is pickled the ordinary way, with a warning.
 
 >>> import pickle
 >>> b = {"n": np.arange(3), "s": np.array([b"ab", b"", b"c"], dtype=object)}
@@ -30,244 +28,158 @@ goes one way only), the worker's pool and the blocks the main process keeps mapp
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
+import secrets
 import threading
+from multiprocessing import util
 
 import numpy as np
 import torch
 
-from tpudata._shm import (ALIGN, MADV_POPULATE_READ, MADV_POPULATE_WRITE, Layout, copy_out,
-                          populate, put)
+from tpudata._shm import OUT_OF_BAND_MIN
+from tpudata._shm_transport import Receiver, Rows, Sender, StringValues, Strings
 from tpudata.dataset.core.columns import BytesColumn
+from tpudata.errors import SharedMemoryFullError
 from tpudata.torch.tensors import ByteStrings, to_torch
 
 logger = logging.getLogger(__name__)
 
-HEADER = ALIGN  # byte 0 of a block is its flag
-FREE, BUSY = 1, 2
+PREFIX = "tpd_t"  # a worker's slots are tpd_t<pid>_<token>_<n>
 # lists of bytes below this many bytes in all are cheaper in the pickle than in shared memory
 BYTES_THRESHOLD = 64 << 10
-POOL_BLOCKS = 4  # per worker: prefetch_factor (2) batches in flight + the one being copied + 1
-KEEP_MAPPED = 8  # blocks the main process keeps mapped (all workers together) ...
+SLOTS = 4  # per worker: prefetch_factor (2) batches in flight + the one being copied + 1
+MAX_SLOTS = 8  # per worker, while the main process holds the first ones; then batches go inline
+KEEP_MAPPED = 8  # slots the main process keeps mapped (all workers together) ...
 KEEP_MAPPED_BYTES = 256 << 20  # ... and at most this many bytes of them
 
 
-class _Ref:
-    """A packed array in the skeleton: ``kind`` "t" (array), "l" (list of bytes) or "s"
-    (ByteStrings); where its numbers (or the strings' offsets) and the strings' bytes are in
-    the block; its numpy dtype and shape."""
-
-    __slots__ = ("kind", "num_at", "num_len", "bytes_at", "bytes_len", "dtype", "shape")
-
-    def __init__(self, kind, num_at, num_len, bytes_at, bytes_len, dtype, shape):
-        self.kind, self.num_at, self.num_len = kind, num_at, num_len
-        self.bytes_at, self.bytes_len, self.dtype, self.shape = bytes_at, bytes_len, dtype, shape
-
-    def __reduce__(self):
-        return (_Ref, (self.kind, self.num_at, self.num_len, self.bytes_at, self.bytes_len,
-                       self.dtype, self.shape))
-
-
 class PackedBatch:
-    """A batch packed into a shared-memory block by :func:`pack`; pickles as the block + a
-    skeleton and unpickles as the batch (:meth:`unpack` gives it in the same process)."""
+    """A batch written into a worker's shared-memory slot by :func:`pack`; pickles as the
+    transport's payload and unpickles as the batch (:meth:`unpack` gives it in the same
+    process)."""
 
-    __slots__ = ("block", "skeleton", "bytes_as")
+    __slots__ = ("payload", "bytes_as")
 
-    def __init__(self, block, skeleton, bytes_as: str):
-        self.block, self.skeleton, self.bytes_as = block, skeleton, bytes_as
+    def __init__(self, payload: tuple, bytes_as: str):
+        self.payload, self.bytes_as = payload, bytes_as
 
     def unpack(self):
-        return _unpack(self.block, self.skeleton, self.bytes_as)
+        return _unpack(self.payload, self.bytes_as)
 
     def __reduce__(self):
-        return (_unpack, (self.block, self.skeleton, self.bytes_as))
+        return (_unpack, (self.payload, self.bytes_as))
 
     def __repr__(self) -> str:
-        size = 0 if self.block is None else self.block.numel()
-        return f"PackedBatch(block of {size} bytes)"
+        where = "inline" if self.payload[0] == "i" else f"in {self.payload[2]}"
+        return f"PackedBatch({where})"
 
 
-class _Planner:
-    """First pass: the skeleton and each array's place in the block; :func:`pack` copies."""
-
-    def __init__(self, bytes_as: str, threshold: int):
-        self.bytes_as, self.threshold = bytes_as, threshold
-        self.layout = Layout(HEADER)
-        self.copies: list = []  # (ref, array or (items, lengths))
-
-    def walk(self, value):
-        if isinstance(value, dict):
-            return {k: self.walk(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return type(value)(self.walk(v) for v in value)
-        if isinstance(value, BytesColumn):  # parsed bytes still in the read buffers
-            return self._column(value)
-        if not isinstance(value, np.ndarray):
-            return value
-        if value.dtype == object or value.dtype.kind == "S":
-            return self._strings(value)
-        if value.dtype.kind in "UV":
-            return value.tolist()
-        torch.from_numpy(np.empty(0, dtype=value.dtype))  # raises for what torch cannot hold, as to_torch does
-        ref = _Ref("t", self.layout.take(value.nbytes), value.nbytes, 0, 0, value.dtype,
-                   tuple(value.shape))
-        self.copies.append((ref, value))
-        return ref
-
-    def _column(self, col: BytesColumn):
-        return self._place(col, np.asarray(col.lengths, dtype=np.int64), (len(col),), col.tolist)
-
-    def _strings(self, arr: np.ndarray):
-        items = (arr.astype(object) if arr.dtype.kind == "S" else arr).ravel().tolist()
-        if not all(type(x) is bytes for x in items):
-            return to_torch(arr, self.bytes_as, False)
-        lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
-        return self._place(items, lengths, tuple(arr.shape), arr.tolist)
-
-    def _place(self, items, lengths: np.ndarray, shape: tuple, as_list):
-        """Byte strings (a list of bytes, or a BytesColumn) and their lengths: a list when small
-        and ``bytes_as="list"``, else their place in the block (offsets, then the bytes)."""
-        total = int(lengths.sum())
-        if self.bytes_as == "list" and total < self.threshold:
-            return as_list()
-        num_len = 8 * (len(lengths) + 1)
-        ref = _Ref("s" if self.bytes_as == "tensor" else "l", self.layout.take(num_len), num_len,
-                   self.layout.take(total, 1), total, None, shape)
-        self.copies.append((ref, (items, lengths)))
-        return ref
+def _prepare(value, bytes_as: str, threshold: int):
+    """The batch as the transport should carry it: large numeric arrays and byte strings as
+    pieces (copied once into the slot), small ones and everything else as they are (or as
+    :func:`to_torch` would give them, where the main process could not make them)."""
+    if isinstance(value, dict):
+        return {k: _prepare(v, bytes_as, threshold) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_prepare(v, bytes_as, threshold) for v in value)
+    if isinstance(value, BytesColumn):  # parsed bytes still in the read buffers
+        if bytes_as == "list" and value.nbytes < threshold:
+            return _Final(value.tolist())
+        return Strings.of(value, as_values=bytes_as == "tensor")
+    if not isinstance(value, np.ndarray):
+        return value
+    if value.dtype == object or value.dtype.kind == "S":
+        strings = Strings.of(value, as_values=bytes_as == "tensor")
+        if strings is None:  # not all bytes: as in process (a list, or TypeError for tensors)
+            return _Final(to_torch(value, bytes_as, False))
+        if bytes_as == "list" and strings.total < threshold:
+            return _Final(value.tolist())
+        return strings
+    if value.dtype.kind in "UV":
+        return _Final(value.tolist())
+    torch.from_numpy(np.empty(0, dtype=value.dtype))  # raises for what torch cannot hold, as to_torch does
+    return Rows.of(value) if value.nbytes >= OUT_OF_BAND_MIN else value
 
 
-def _populate(block: torch.Tensor, advice: int = MADV_POPULATE_WRITE) -> None:
-    """Fault a block's pages in at once (:func:`tpudata._shm.populate`); for a new block, raises
-    MemoryError when /dev/shm cannot hold it (writing to it would kill the worker with SIGBUS)."""
-    populate(block.data_ptr(), block.numel(), advice)
+class _Final:
+    """A value already as the main process must get it (the main process unwraps it)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __reduce__(self):
+        return (_Final, (self.value,))
 
 
-class _Pool:
-    """This worker's blocks; the main process sets a block's flag to FREE once it copied out."""
-
-    def __init__(self):
-        self.pid = os.getpid()
-        self.blocks: list = []  # (tensor, numpy view)
-
-    def take(self, nbytes: int) -> tuple:
-        for i, (block, view) in enumerate(self.blocks):
-            if view[0] == FREE and len(view) >= nbytes:
-                view[0] = BUSY
-                self.blocks.append(self.blocks.pop(i))
-                return block, view
-        size = max(1 << 20, -(-(nbytes + nbytes // 4) // (1 << 20)) * (1 << 20))
-        block = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(size))
-        _populate(block)
-        view = block.numpy()
-        view[0] = BUSY
-        if len(self.blocks) >= POOL_BLOCKS:  # drop the oldest (still in use, or too small)
-            self.blocks.pop(0)
-        self.blocks.append((block, view))
-        return block, view
+_sender: Sender | None = None
 
 
-_pool: _Pool | None = None
-
-
-def _worker_pool() -> _Pool:
-    global _pool
-    if _pool is None or _pool.pid != os.getpid():  # a forked child starts its own
-        _pool = _Pool()
-    return _pool
+def _worker_sender() -> Sender:
+    """This process's sender (a forked child makes its own), unlinked when the process exits."""
+    global _sender
+    if _sender is None or not _sender.prefix.startswith(f"{PREFIX}{os.getpid()}_"):
+        prefix = f"{PREFIX}{os.getpid()}_{secrets.token_hex(4)}_"  # unique, whatever came before
+        _sender = Sender(prefix, slots=SLOTS, flag=True, max_slots=MAX_SLOTS)
+        util.Finalize(None, _sender.close, exitpriority=0)  # at a DataLoader worker's exit
+    return _sender
 
 
 def pack(batch, bytes_as: str = "list", threshold: int = BYTES_THRESHOLD) -> PackedBatch | None:
-    """Copy a numpy ``batch`` (dicts/lists/tuples of arrays) into a shared-memory block (None
+    """Write a numpy ``batch`` (dicts/lists/tuples of arrays) into a shared-memory slot (None
     when there is no shared memory to be had: the caller sends the batch the ordinary way).
 
-    Numeric arrays, and arrays of byte strings when ``bytes_as="tensor"`` or when they hold at
-    least ``threshold`` bytes, go into the block; everything else stays in the skeleton.
+    Numeric arrays of 4 KB or more, and arrays of byte strings when ``bytes_as="tensor"`` or
+    when they hold at least ``threshold`` bytes, go into the slot; everything else stays in the
+    pickle.
     """
-    plan = _Planner(bytes_as, threshold)
-    skeleton = plan.walk(batch)
-    if plan.layout.size == HEADER:
-        return PackedBatch(None, skeleton, bytes_as)
+    prepared = _prepare(batch, bytes_as, threshold)
     try:
-        block, view = _worker_pool().take(plan.layout.size)
-    except (MemoryError, RuntimeError) as exc:  # /dev/shm full (e.g. a container's 64 MB)
+        payload, _ = _worker_sender().encode(prepared)
+    except (SharedMemoryFullError, OSError) as exc:  # /dev/shm full (e.g. a container's 64 MB)
         logger.warning("cannot pack a batch into shared memory (%s); pickling it instead", exc)
         return None
-    for ref, value in plan.copies:
-        if ref.kind == "t":
-            put(view, ref.num_at, value)
-            continue
-        items, lengths = value
-        offsets = view[ref.num_at : ref.num_at + ref.num_len].view(np.int64)
-        offsets[0] = 0
-        np.cumsum(lengths, out=offsets[1:])
-        base = ref.bytes_at
-        if isinstance(items, BytesColumn):  # straight from the read buffers
-            items.copy_to(view[base : base + ref.bytes_len], offsets)
-        elif ref.bytes_len and ref.bytes_len < 64 * len(items):  # many small strings: one join
-            view[base : base + ref.bytes_len] = np.frombuffer(b"".join(items), dtype=np.uint8)
-        else:
-            for o, n, item in zip(offsets[:-1].tolist(), lengths.tolist(), items):
-                if n:
-                    view[base + o : base + o + n] = np.frombuffer(item, dtype=np.uint8)
-    return PackedBatch(block, skeleton, bytes_as)
+    return PackedBatch(payload, bytes_as)
 
 
-# the main process keeps recent blocks mapped, so that torch maps a reused block only once
-_mapped: collections.OrderedDict = collections.OrderedDict()
-_mapped_lock = threading.Lock()
+# the main process's side: one receiver for all workers' slots, kept mapped
+_receiver: Receiver | None = None
+_receiver_lock = threading.Lock()
 
 
-def _keep_mapped(block: torch.Tensor) -> None:
-    with _mapped_lock:
-        key = block.data_ptr()
-        _mapped[key] = block
-        _mapped.move_to_end(key)
-        while len(_mapped) > KEEP_MAPPED or (
-                len(_mapped) > 1 and sum(b.numel() for b in _mapped.values()) > KEEP_MAPPED_BYTES):
-            _mapped.popitem(last=False)
+def _unpack(payload: tuple, bytes_as: str):
+    global _receiver
+    with _receiver_lock:
+        if _receiver is None:
+            _receiver = Receiver(keep=KEEP_MAPPED, keep_bytes=KEEP_MAPPED_BYTES, sweep_prefix=PREFIX)
+        batch = _receiver.decode(payload)
+    return _to_torch(batch)
 
 
-def _unpack(block, skeleton, bytes_as: str):
-    if block is None:
-        return skeleton
-    with _mapped_lock:
-        known = block.data_ptr() in _mapped
-    if not known:  # newly mapped here: map its pages in one go
-        _populate(block, MADV_POPULATE_READ)
-    view = block.numpy()
-    mv = memoryview(view)
+def held_bytes() -> int:
+    """Shared memory this process holds for DataLoader batches: its worker slots (in a worker)
+    and the slots it keeps mapped (in the main process); for :func:`tpudata.info`."""
+    own = _sender.slot_bytes() if _sender is not None and _sender.prefix.startswith(
+        f"{PREFIX}{os.getpid()}_") else 0
+    with _receiver_lock:
+        return own + (_receiver.mapped_bytes() if _receiver is not None else 0)
 
-    def build(node):
-        if isinstance(node, dict):
-            return {k: build(v) for k, v in node.items()}
-        if isinstance(node, (list, tuple)):
-            return type(node)(build(v) for v in node)
-        if not isinstance(node, _Ref):
-            return node
-        if node.kind == "t":
-            return torch.from_numpy(copy_out(view, node.num_at, node.num_len, node.dtype, node.shape))
-        offsets = view[node.num_at : node.num_at + node.num_len].view(np.int64)
-        if node.kind == "s":
-            values = copy_out(view, node.bytes_at, node.bytes_len, np.uint8, (node.bytes_len,))
-            return ByteStrings(torch.from_numpy(values), torch.from_numpy(offsets.copy()))
-        bounds = (offsets + node.bytes_at).tolist()
-        items = [bytes(mv[a:b]) for a, b in zip(bounds, bounds[1:])]
-        if len(node.shape) == 1:
-            return items
-        out = np.empty(len(items), dtype=object)
-        out[:] = items
-        return out.reshape(node.shape).tolist()
 
-    try:
-        return build(skeleton)
-    finally:
-        mv.release()
-        view[0] = FREE  # everything is copied out: the worker may reuse the block
-        _keep_mapped(block)
+def _to_torch(value):
+    """What the transport gives (numpy arrays, lists of bytes, StringValues) as tensors."""
+    if isinstance(value, dict):
+        return {k: _to_torch(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(map(_to_torch, value))
+    if type(value) is _Final:
+        return value.value
+    if isinstance(value, StringValues):
+        return ByteStrings(torch.from_numpy(value.values), torch.from_numpy(value.offsets))
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value if value.flags.writeable else value.copy())
+    return value
 
 
 def in_worker() -> bool:
@@ -276,4 +188,4 @@ def in_worker() -> bool:
     return get_worker_info() is not None
 
 
-__all__ = ["BYTES_THRESHOLD", "PackedBatch", "in_worker", "pack"]
+__all__ = ["BYTES_THRESHOLD", "PackedBatch", "held_bytes", "in_worker", "pack"]

@@ -28,7 +28,7 @@ import traceback
 from typing import Callable
 
 from tpudata.dataset.parallel.processes.worker import _dumps_exception
-from tpudata.dataset.parallel.processes.shm import Rows
+from tpudata._shm_pieces import Rows
 import numpy as np
 
 from tpudata.dataset.core.block import Block, as_column, leaf_items
@@ -123,7 +123,7 @@ class ChunkApply:
 
 
 def _column(values: list):
-    """A leaf's column: large arrays of one shape as :class:`~tpudata.dataset.parallel.processes.shm.Rows` (the
+    """A leaf's column: large arrays of one shape as :class:`~tpudata._shm_pieces.Rows` (the
     worker's sender writes each one straight into the message: no stacking copy), else stacked
     here (:func:`~tpudata.dataset.core.block.as_column`)."""
     return Rows.fit(values) or as_column(values)

@@ -4,7 +4,7 @@
 processes and hands back ``(position, fn(element))`` pairs, pulling its input lazily with a bounded
 number of elements in flight. Workers are started with ``forkserver`` (or ``spawn``), never
 ``fork``, so a parent that runs threads or has JAX/torch initialised is safe. numpy arrays (results,
-and large inputs) travel through shared memory (:mod:`tpudata.dataset.parallel.processes.shm`), not through the pipe.
+and large inputs) travel through shared memory (:mod:`tpudata._shm_transport`), not through the pipe.
 A result stays unread in the worker's segment until its turn to be yielded comes; then its
 arrays are views of the segment (no copy: ordinary writable arrays, which the worker does not
 touch again until they are all gone) where fewer than ``LEND_SLOTS`` segments of that worker are
@@ -38,7 +38,7 @@ from tpudata._processes import context as _context
 from tpudata._processes import signal_name as _signal_name
 from tpudata._processes import start_method as _start_method
 from tpudata._processes import stop_processes as _stop_processes
-from tpudata.dataset.parallel.processes import shm as _shm
+from tpudata import _shm_transport as _shm
 from tpudata.dataset.parallel.processes import worker as _procworker
 from tpudata.dataset.parallel.processes.session import Entry as _Entry, Session as _Session
 from tpudata.errors import NotPicklableError, WorkerError

@@ -1,7 +1,7 @@
 """The parent's side of one :meth:`ProcessMapper.imap` (or of submit/collect): a reorder buffer
 (or, with ``deterministic=False``, a completion queue) of results, each an :class:`Entry` of a
 payload held in the worker's shared-memory segment until its turn comes
-(:class:`~tpudata.dataset.parallel.processes.shm.Held`).
+(:class:`~tpudata._shm_transport.Held`).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from tpudata.dataset.parallel.processes.shm import Held
+from tpudata._shm_transport import Held
 from tpudata.errors import WorkerError
 
 __all__ = ["Entry", "Session"]

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from tpudata import _accel
 from tpudata._processes import exit_with_parent
-from tpudata.dataset.parallel.processes import shm as _shm
+from tpudata import _shm_transport as _shm
 from tpudata.errors import SharedMemoryFullError
 
 __all__ = ["LEND_SLOTS", "RESULT_SLOTS", "STOP", "dumps", "main"]
