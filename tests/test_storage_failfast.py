@@ -48,7 +48,9 @@ def _subprocess_env(tmp_path, **extra) -> dict:
 
 @pytest.fixture
 def unreachable(monkeypatch):
-    """STORAGE_EMULATOR_HOST aimed at a closed port on 127.0.0.1."""
+    """STORAGE_EMULATOR_HOST aimed at a closed port on 127.0.0.1 (which a server of an earlier
+    test may have had: the process would remember it reachable)."""
+    monkeypatch.setattr(_gcs, "_reachable", set())
     host = f"127.0.0.1:{_closed_port()}"
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", host)
     monkeypatch.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
@@ -195,8 +197,10 @@ def test_storage_error_pickles_with_its_url():
     assert (str(err), err.url) == ("cannot", "gs://b/x")
 
 
-def test_unreachable_real_gcs_message_says_emulator_and_login():
+def test_unreachable_real_gcs_message_says_emulator_and_login(monkeypatch):
     """The advice for the default endpoint (checked here on a closed 127.0.0.1 port)."""
+    # a server of an earlier test may have had this port: the process remembers it reachable
+    monkeypatch.setattr(_gcs, "_reachable", set())
     endpoint = f"https://127.0.0.1:{_closed_port()}"
     note = "no Google credentials found (x): " + _gcs.LOGIN_ADVICE
     with pytest.raises(StorageError) as info:

@@ -138,7 +138,8 @@ def pack(batch, bytes_as: str = "list", threshold: int = BYTES_THRESHOLD) -> Pac
     prepared = _prepare(batch, bytes_as, threshold)
     try:
         payload, _ = _worker_sender().encode(prepared)
-    except (SharedMemoryFullError, OSError) as exc:  # /dev/shm full (e.g. a container's 64 MB)
+    except (SharedMemoryFullError, OSError, ImportError) as exc:  # /dev/shm full (a container's
+        # 64 MB), or no POSIX shared memory on this platform
         logger.warning("cannot pack a batch into shared memory (%s); pickling it instead", exc)
         return None
     return PackedBatch(payload, bytes_as)
