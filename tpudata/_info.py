@@ -91,8 +91,9 @@ def info() -> Info:
     if pool is not None and getattr(ranged, "_pool_pid", None) == os.getpid():
         pooled["gcs_read_held"] = int(pool.stats()["held_bytes"])
     shared = sys.modules.get("tpudata.torch.shared")
-    if shared is not None and shared.held_bytes():
-        pooled["dataloader_shared_memory"] = shared.held_bytes()
+    held = shared.held_bytes() if shared is not None else 0
+    if held:
+        pooled["dataloader_shared_memory"] = held
     threads = tuple(sorted(t.name for t in threading.enumerate() if t.name.startswith("tpudata")))
     return Info(pid=os.getpid(), extensions=extensions, accelerated=accelerated,
                 malloc_tuned=_accel.allocator_tuned(), malloc_settings=_accel.allocator_environ(),

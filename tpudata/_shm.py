@@ -9,7 +9,8 @@ side).
   of SIGBUS killing the process at its first write; with ``track=False`` it is a
   :class:`Segment` that multiprocessing's resource tracker does not know. :func:`mapping` gives
   a mapping of one's own that arrays lent from it keep alive; :func:`attach` maps a segment by
-  name without the tracker. :func:`unlink`, :func:`sweep` (every segment of a name prefix: what
+  name without the tracker; :func:`populate` fills a mapping's page tables at once; :func:`evict`
+  keeps a cache of mappings bounded. :func:`unlink`, :func:`sweep` (every segment of a name prefix: what
   killed processes left) and :func:`sweep_dead` (those whose owner's pid, in the name, is gone).
 - **Layout**: pieces at ``ALIGN``-aligned offsets (:class:`Layout`, :func:`place`).
 - **Pickle protocol 5**: numpy buffers of ``OUT_OF_BAND_MIN`` bytes or more out of band
@@ -48,8 +49,8 @@ from tpudata._processes import pid_alive
 from tpudata.errors import SharedMemoryFullError
 
 __all__ = ["ALIGN", "Layout", "OUT_OF_BAND_MIN", "SHM_DIR", "Segment", "aligned", "attach",
-           "close_mapping", "create", "full_error", "lend", "mapping", "out_of_band", "place",
-           "sweep", "sweep_dead", "unlink", "unlink_segment", "write"]
+           "close_mapping", "create", "evict", "full_error", "lend", "mapping", "out_of_band",
+           "place", "populate", "sweep", "sweep_dead", "unlink", "unlink_segment", "write"]
 
 ALIGN = 64  # every piece of a segment starts at a multiple of this
 OUT_OF_BAND_MIN = 4096  # numpy buffers from this size travel beside the pickle, not inside
@@ -164,24 +165,44 @@ class Segment:
         _posixshmem.shm_unlink("/" + self._name)
 
 
-def attach(name: str, populate_read: bool = True) -> mmap.mmap:
-    """A read-write mapping of the existing segment ``name`` (FileNotFoundError if it is gone),
-    not registered with multiprocessing's resource tracker: the segment's maker unlinks it.
-    ``populate_read``: its page tables are filled at once (``MADV_POPULATE_READ``), for a
-    mapping about to be read whole."""
+def populate(m: mmap.mmap, advice: int = MADV_POPULATE_WRITE) -> None:
+    """Fill the page tables of mapping ``m`` in one call (``MADV_POPULATE_WRITE`` for a mapping
+    about to be written whole, ``MADV_POPULATE_READ`` read whole; Linux >= 5.14): a fault per
+    4 KB page costs more than the copying itself. Elsewhere the pages come in as they are used."""
+    try:
+        m.madvise(advice)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def attach(name: str, size: int | None = None, advice: int | None = MADV_POPULATE_READ) -> mmap.mmap:
+    """A read-write mapping of ``size`` bytes (default all) of the existing segment ``name``
+    (FileNotFoundError if it is gone), not registered with multiprocessing's resource tracker:
+    the segment's maker unlinks it. ``advice``: how its page tables are filled at once
+    (:func:`populate`; None: as pages are used)."""
     import _posixshmem  # noqa: PLC0415
 
     fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
     try:
-        m = mmap.mmap(fd, os.fstat(fd).st_size)
+        m = mmap.mmap(fd, os.fstat(fd).st_size if size is None else size)
     finally:
         os.close(fd)
-    if populate_read:
-        try:
-            m.madvise(MADV_POPULATE_READ)
-        except (OSError, ValueError, AttributeError):
-            pass
+    if advice is not None:
+        populate(m, advice)
     return m
+
+
+def evict(mapped: dict, keep: int, keep_bytes: int) -> list[mmap.mmap]:
+    """Pop the least recently used mappings of ``mapped`` (an OrderedDict, oldest first) while
+    it holds more than ``keep`` of them or ``keep_bytes`` together (the newest always stays);
+    return them for the caller to close."""
+    out = []
+    total = sum(len(m) for m in mapped.values())
+    while len(mapped) > 1 and (len(mapped) > keep or total > keep_bytes):
+        old = mapped.popitem(last=False)[1]
+        total -= len(old)
+        out.append(old)
+    return out
 
 
 def create(name: str, size: int, track: bool = True) -> SharedMemory | Segment:
@@ -221,22 +242,13 @@ def full_error(size: int) -> SharedMemoryFullError:
         "elements", size=size, free=free)
 
 
-def mapping(shm: SharedMemory, size: int | None = None, fill: bool = False) -> mmap.mmap:
+def mapping(shm: SharedMemory, size: int | None = None) -> mmap.mmap:
     """A mapping of its own of the open segment ``shm`` (``size`` bytes, default all), which
-    arrays lent from it keep alive; ``shm`` itself is closed. ``fill``: its page tables are
-    filled in one call (``MADV_POPULATE_WRITE``, Linux >= 5.14; elsewhere the pages come in as
-    they are written), for a mapping about to be written whole: a fault per 4 KB page costs
-    more than the writing itself."""
+    arrays lent from it keep alive; ``shm`` itself is closed."""
     try:
-        m = mmap.mmap(shm._fd, shm.size if size is None else size)  # noqa: SLF001 - no public fd
+        return mmap.mmap(shm._fd, shm.size if size is None else size)  # noqa: SLF001 - no public fd
     finally:
         shm.close()
-    if fill:
-        try:
-            m.madvise(MADV_POPULATE_WRITE)
-        except (OSError, ValueError):
-            pass
-    return m
 
 
 def close_mapping(m: mmap.mmap) -> None:

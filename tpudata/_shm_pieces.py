@@ -29,7 +29,7 @@ import numpy as np
 
 from tpudata._shm import OUT_OF_BAND_MIN
 
-__all__ = ["Pickler", "Rows", "StringValues", "Strings", "Unpickler"]
+__all__ = ["Pickler", "Rows", "StringValues", "Strings", "Unpickler", "written"]
 
 
 class Rows:
@@ -161,9 +161,14 @@ class Strings:
         return ("S", index, len(self.lengths), self.shape, self.as_values)
 
     def __reduce__(self):
-        buf = bytearray(self.nbytes)
-        self.write_to(memoryview(buf))
-        return (_rebuild_strings, (buf, len(self.lengths), self.shape, self.as_values))
+        return (_rebuild_strings, (written(self), len(self.lengths), self.shape, self.as_values))
+
+
+def written(piece) -> bytearray:
+    """A piece's bytes as it writes them into a payload, in memory of this process."""
+    out = bytearray(piece.nbytes)
+    piece.write_to(memoryview(out))
+    return out
 
 
 def _rebuild_strings(piece, count: int, shape: tuple, as_values: bool):

@@ -67,16 +67,17 @@ import itertools
 import logging
 import mmap
 import pickle
-import weakref
 from collections import deque
+from functools import partial
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
 import numpy as np
 
-from tpudata._shm import (ALIGN, MADV_POPULATE_WRITE, attach, close_mapping, create, mapping,
-                          out_of_band, place, sweep, sweep_dead, unlink, unlink_segment, write)
-from tpudata._shm_pieces import Pickler, Rows, StringValues, Strings, Unpickler
+from tpudata._shm import (ALIGN, aligned, attach, close_mapping, create, evict, mapping, out_of_band,
+                          place, populate, sweep, sweep_dead, unlink, unlink_segment, write)
+from tpudata._shm import lend as lend_views  # decode's argument is named lend
+from tpudata._shm_pieces import Pickler, Rows, StringValues, Strings, Unpickler, written
 
 logger = logging.getLogger(__name__)
 
@@ -173,13 +174,9 @@ class Sender:
             return shm
         size = max(end, new, 2 * shm.size if shm is not None else 0)
         self._drop(slot)
-        size = -(-size // _SLOT_GRANULE) * _SLOT_GRANULE
-        shm = create(next(self._names), size, track=not self.flag)
-        if self.flag:  # its page tables at once: a fault per page costs more than the writing
-            try:
-                shm._mmap.madvise(MADV_POPULATE_WRITE)  # noqa: SLF001 - the Segment's own mapping
-            except (OSError, ValueError, AttributeError):
-                pass
+        shm = create(next(self._names), aligned(size, _SLOT_GRANULE), track=not self.flag)
+        if self.flag:
+            populate(shm._mmap)  # noqa: SLF001 - the Segment's own mapping, about to be written
             shm.buf[0] = FREE  # until a payload is written whole
         self._slots[slot] = shm
         return shm
@@ -302,13 +299,8 @@ class Receiver:
                 return _copied(m, 0, data_len, layout, n_plain)
             finally:
                 self._returned.append(slot)
-        end = max(start + size for start, size in layout)
-        base = np.frombuffer(m, np.uint8, count=end)
         self._lent.add(slot)
-        weakref.finalize(base, self._given_back, slot).atexit = False
-        buffers = [base[start : start + size] for start, size in layout]
-        data = base[:data_len].tobytes()
-        del base
+        data, buffers = lend_views(m, data_len, layout, partial(self._given_back, slot))
         return _load(data, buffers, n_plain, copy=False)
 
     def drop(self, payload: Payload) -> None:
@@ -367,10 +359,7 @@ class Receiver:
         if self.sweep_prefix is not None:
             sweep_dead(self.sweep_prefix)
         m = self._named[name] = attach(name)
-        total = sum(len(x) for x in self._named.values())
-        while len(self._named) > 1 and (len(self._named) > self.keep or total > self.keep_bytes):
-            _, old = self._named.popitem(last=False)
-            total -= len(old)
+        for old in evict(self._named, self.keep, self.keep_bytes):
             close_mapping(old)
         return m
 
@@ -397,7 +386,7 @@ def discard(payload: Payload) -> None:
         unlink(payload[1])
     elif payload[0] == "f":
         try:
-            m = attach(payload[2], populate_read=False)
+            m = attach(payload[2], advice=None)
         except FileNotFoundError:
             return
         m[0] = FREE
@@ -406,16 +395,8 @@ def discard(payload: Payload) -> None:
 
 def _inline(data: bytes, raws: list, n_plain) -> Payload:
     """An inline payload: the pickle and copies of its buffers and pieces."""
-    return ("i", data, [_bytes_of(r) for r in raws], n_plain)
-
-
-def _bytes_of(r) -> bytearray:
-    """An inline payload's copy of an out-of-band buffer or of a piece."""
-    if not hasattr(r, "write_to"):
-        return bytearray(r)
-    out = bytearray(r.nbytes)
-    r.write_to(memoryview(out))
-    return out
+    return ("i", data, [written(r) if hasattr(r, "write_to") else bytearray(r) for r in raws],
+            n_plain)
 
 
 def _copied(m: mmap.mmap, data_at: int, data_len: int, layout: list, n_plain) -> Any:

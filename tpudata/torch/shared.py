@@ -117,10 +117,16 @@ class _Final:
 _sender: Sender | None = None
 
 
+def _own_sender() -> Sender | None:
+    """This process's sender, if it made one (a forked child's parent's is not its own)."""
+    own = _sender is not None and _sender.prefix.startswith(f"{PREFIX}{os.getpid()}_")
+    return _sender if own else None
+
+
 def _worker_sender() -> Sender:
     """This process's sender (a forked child makes its own), unlinked when the process exits."""
     global _sender
-    if _sender is None or not _sender.prefix.startswith(f"{PREFIX}{os.getpid()}_"):
+    if _own_sender() is None:
         prefix = f"{PREFIX}{os.getpid()}_{secrets.token_hex(4)}_"  # unique, whatever came before
         _sender = Sender(prefix, slots=SLOTS, flag=True, max_slots=MAX_SLOTS)
         util.Finalize(None, _sender.close, exitpriority=0)  # at a DataLoader worker's exit
@@ -162,8 +168,8 @@ def _unpack(payload: tuple, bytes_as: str):
 def held_bytes() -> int:
     """Shared memory this process holds for DataLoader batches: its worker slots (in a worker)
     and the slots it keeps mapped (in the main process); for :func:`tpudata.info`."""
-    own = _sender.slot_bytes() if _sender is not None and _sender.prefix.startswith(
-        f"{PREFIX}{os.getpid()}_") else 0
+    sender = _own_sender()
+    own = sender.slot_bytes() if sender is not None else 0
     with _receiver_lock:
         return own + (_receiver.mapped_bytes() if _receiver is not None else 0)
 
@@ -178,8 +184,8 @@ def _to_torch(value):
         return value.value
     if isinstance(value, StringValues):
         return ByteStrings(torch.from_numpy(value.values), torch.from_numpy(value.offsets))
-    if isinstance(value, np.ndarray):
-        return torch.from_numpy(value if value.flags.writeable else value.copy())
+    if isinstance(value, np.ndarray):  # numeric: what _prepare left
+        return to_torch(value)
     return value
 
 

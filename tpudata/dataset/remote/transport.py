@@ -42,8 +42,9 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
-from tpudata._shm import (SHM_DIR, aligned, close_mapping, create, lend, mapping, out_of_band,
-                          place, sweep, sweep_dead, unlink, write)
+from tpudata._shm import (MADV_POPULATE_WRITE, SHM_DIR, aligned, attach, close_mapping, create,
+                          evict, lend, mapping, out_of_band, place, sweep, sweep_dead, unlink,
+                          write)
 from tpudata.errors import SharedMemoryFullError
 
 __all__ = ["INLINE_BYTES", "MAX_MAPPED", "MAX_MAPPED_BYTES", "PREFIX", "Parked", "Transport", "encode"]
@@ -199,18 +200,14 @@ def _mapped(name: str, size: int) -> mmap.mmap:
         if m is not None:
             _MAPPED.move_to_end(name)
             return m
-    seg = SharedMemory(name=name)
-    resource_tracker.unregister(seg._name, "shared_memory")  # noqa: SLF001 - the consumer's
-    m = mapping(seg, size, fill=True)  # page tables in one call: faults would cost twice the copy
+    # the consumer's segment (it unlinks it); page tables in one call: faults would cost twice
+    # the copy
+    m = attach(name, size, MADV_POPULATE_WRITE)
     with _LOCK:
         gone = [n for n in _MAPPED if not os.path.exists(os.path.join(SHM_DIR, n))]
         old = [_MAPPED.pop(n) for n in gone]  # unlinked: held here, their memory would stay
         _MAPPED[name] = m
-        total = sum(len(x) for x in _MAPPED.values())
-        while len(_MAPPED) > 1 and (len(_MAPPED) > MAX_MAPPED or total > MAX_MAPPED_BYTES):
-            o = _MAPPED.popitem(last=False)[1]
-            total -= len(o)
-            old.append(o)
+        old += evict(_MAPPED, MAX_MAPPED, MAX_MAPPED_BYTES)
     for o in old:
         o.close()
     return m
